@@ -1,0 +1,3 @@
+from flashprobe.cli import main
+
+main()

@@ -1,0 +1,67 @@
+"""The `flashprobe` command line. Thin: each command parses its flags and delegates."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from flashprobe import __version__
+from flashprobe.errors import FlashprobeError
+
+app = typer.Typer(
+    name="flashprobe",
+    help="Find which part of a low-precision flash-attention kernel makes a BF16 run diverge.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"flashprobe {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """flashprobe: instruments for BF16 flash-attention failures (arXiv:2510.04212)."""
+
+
+def _register_commands() -> None:
+    # Imported here so `flashprobe --version` stays fast and each command lives in its module.
+    from flashprobe.cli import commands  # noqa: F401
+
+
+def error(message: str) -> None:
+    """Print a one-line error and exit with code 2 (bad input)."""
+    typer.echo(f"flashprobe: error: {message}", err=True)
+    raise SystemExit(2)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: bad input becomes one line on stderr and exit code 2."""
+    _register_commands()
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        argv = ["--help"]
+    try:
+        result = app(args=argv, standalone_mode=False, prog_name="flashprobe")
+    except FlashprobeError as exc:
+        error(str(exc))
+    except Exception as exc:
+        # Typer vendors click in new releases and depends on it in old ones: match by shape.
+        if type(exc).__name__ == "Exit":
+            raise SystemExit(getattr(exc, "exit_code", 0)) from None
+        if type(exc).__name__ == "Abort":
+            error("aborted")
+        if hasattr(exc, "format_message"):  # usage errors: bad option, missing argument
+            error(exc.format_message().splitlines()[0])
+        raise
+    sys.exit(result if isinstance(result, int) else 0)

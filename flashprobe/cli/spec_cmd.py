@@ -1,0 +1,71 @@
+"""`flashprobe spec`: show a resolved KernelSpec and what each field means."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+import yaml
+from tabulate import tabulate
+
+from flashprobe.cli import app
+from flashprobe.errors import FlashprobeError
+from flashprobe.spec import (
+    FIELD_DOCS,
+    PRESET_DOCS,
+    PRESETS,
+    make_spec,
+    parse_assignments,
+    spec_from_yaml,
+)
+
+
+@app.command("spec")
+def spec_command(
+    preset: str = typer.Argument("fa2", help="Preset to start from: " + ", ".join(PRESETS) + "."),
+    set_: list[str] = typer.Option(
+        [], "--set", help="Override a field: --set beta=4 (repeatable)."
+    ),
+    config: Path | None = typer.Option(
+        None, "--config", help="YAML file with spec fields (or a kernel: mapping)."
+    ),
+    fmt: str = typer.Option("table", "--format", help="table, json or yaml."),
+    presets: bool = typer.Option(False, "--presets", help="List the presets and exit."),
+) -> None:
+    """Print a resolved kernel spec with each field's meaning.
+
+    Examples:
+
+      flashprobe spec sfa
+
+      flashprobe spec fa2 --set softmax=stabilized --set beta=4 --format json
+
+      flashprobe spec --config my_kernel.yaml
+    """
+    if presets:
+        typer.echo(
+            tabulate([(n, PRESET_DOCS[n]) for n in PRESETS], headers=["preset", "what it is"])
+        )
+        return
+    spec = spec_from_yaml(config) if config else make_spec(preset)
+    spec = make_spec(spec, parse_assignments(set_))
+    data = {"label": spec.describe(), "key": spec.key(), **spec.to_dict()}
+    if fmt == "json":
+        typer.echo(json.dumps(data, indent=2))
+    elif fmt == "yaml":
+        typer.echo(yaml.safe_dump(spec.to_dict(), sort_keys=False).rstrip())
+    elif fmt == "table":
+        rows = [(k, _show(k, v), FIELD_DOCS.get(k, "")) for k, v in spec.to_dict().items()]
+        typer.echo(f"{data['label']}  (key {data['key']})")
+        typer.echo(
+            tabulate(rows, headers=["field", "value", "meaning"], maxcolwidths=[None, None, 70])
+        )
+    else:
+        raise FlashprobeError(f"--format must be table, json or yaml, got {fmt!r}")
+
+
+def _show(field: str, value: object) -> str:
+    if value is None:
+        return "auto" if field == "block_m" else "full"
+    return str(value)

@@ -1,0 +1,1 @@
+"""Floating-point helpers shared by the emulator, the bias experiment and the tests."""

@@ -1,0 +1,335 @@
+"""KernelSpec: one frozen description of a flash-attention variant.
+
+The same spec object flows unchanged from YAML or CLI flags to the PyTorch emulator
+(`flashprobe.reference`) and the Triton kernels (`flashprobe.kernels`). Every field names one
+component that the paper (arXiv:2510.04212) or its readers suspect of causing BF16 training
+failures; each is a switch with a documented rounding point.
+
+"bf16" in a precision field means "the 16-bit dtype of the inputs": with fp16 inputs the same
+switch rounds to fp16. "fp32" keeps the quantity in fp32.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import yaml
+
+from flashprobe.errors import FlashprobeError
+
+Precision = Literal["bf16", "fp32"]
+SoftmaxMode = Literal["standard", "stabilized", "fused_scale"]
+DeltaSource = Literal["o_lowp", "o_fp32", "o_recompute", "dp_p"]
+
+#: Spellings of "one tile spanning the whole sequence" accepted for block_m / block_n.
+UNTILED_WORDS = ("full", "untiled", "none", "null")
+MIN_BLOCK = 16  # tl.dot needs at least 16 along every dimension
+MAX_BLOCK = 1 << 16
+
+FIELD_DOCS: dict[str, str] = {
+    "block_m": "Query rows per tile; None lets the kernel choose. Numerically inert in the "
+    "forward (rows are independent); the Triton kernel uses it as its query tile when set.",
+    "block_n": "Key columns per tile of the online softmax; None ('full') means one tile "
+    "spanning the whole sequence (the paper's 'untiled' ablation). Changes where m is "
+    "updated, so it changes P̄ and its rounding.",
+    "score_precision": "S = scale·QKᵀ kept in fp32, or rounded to bf16 before the row max and "
+    "exp (the paper's code computes S with a bf16 einsum under autocast). Rounding to bf16 "
+    "turns near-ties into exact ties.",
+    "softmax": "Safe-softmax mode. standard: P̄ = exp(S − m) with m the running row max, so the "
+    "max entry's P̄ is exactly 1. stabilized: the paper's dynamic maximum: when a tile row has "
+    "more than one score within tie_tolerance of its max r, use m' = beta·r if r > 0 and 0 if "
+    "r < 0, so no P̄ equals 1. fused_scale: the scale is fused into the subtraction as one FMA "
+    "(Triton tutorial's unmasked stage, FA2 CUDA), so the max entry's P̄ may differ from 1.",
+    "beta": "Stabilized mode's shift factor for a positive tied maximum (> 1; paper: 2 in v4, "
+    "7 in v2; range 2-8).",
+    "tie_tolerance": "Stabilized mode: scores within this distance of the tile row max count "
+    "as tied (>= 0; the paper's code uses 1e-3).",
+    "p_bar_precision": "P̄ rounded to bf16 before the P̄V product (FA2, Triton tutorial, the "
+    "paper's code) or kept in fp32.",
+    "accumulator": "Running O, ℓ and m between key tiles: fp32 (FlashAttention-2/3, Triton "
+    "tutorial) or bf16 (the paper's released PyTorch code, which also rounds each tile's P̄V "
+    "product to bf16).",
+    "l_from_rounded_p": "Sum ℓ from the rounded P̄ used in P̄V (consistent numerator and "
+    "denominator) instead of the unrounded fp32 P̄ (the tutorial and FA2; FA PR #2721).",
+    "delta_source": "Backward δ: o_lowp = rowsum(dO∘O) from the stored 16-bit O (FA2/FA3, "
+    "tutorial); o_fp32 = from an fp32 O kept by the forward; o_recompute = from O recomputed "
+    "as PV in fp32 in the backward; dp_p = rowsum(dP∘P).",
+    "delta_precision": "δ kept in fp32 after its reduction, or rounded to bf16 (the paper's "
+    "code reduces bf16 tensors).",
+    "ds_precision": "dS = P∘(dP − δ) rounded to bf16 before the dQ and dK products (FA2, "
+    "tutorial) or kept in fp32.",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSpec:
+    """One flash-attention variant. Build with `make_spec`; instances are always valid."""
+
+    block_m: int | None = None
+    block_n: int | None = 64
+    score_precision: Precision = "fp32"
+    softmax: SoftmaxMode = "standard"
+    beta: float = 2.0
+    tie_tolerance: float = 1e-3
+    p_bar_precision: Precision = "bf16"
+    accumulator: Precision = "fp32"
+    l_from_rounded_p: bool = False
+    delta_source: DeltaSource = "o_lowp"
+    delta_precision: Precision = "fp32"
+    ds_precision: Precision = "bf16"
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    # -- derived views ------------------------------------------------------------------
+    @property
+    def untiled(self) -> bool:
+        return self.block_n is None
+
+    @property
+    def stabilized(self) -> bool:
+        return self.softmax == "stabilized"
+
+    def replace(self, **overrides: Any) -> KernelSpec:
+        """A new spec with some fields changed (validated, values parsed as in YAML)."""
+        return make_spec(self, overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def key(self) -> str:
+        """Stable short hash of the numerics-relevant fields (for caches and result stores)."""
+        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:12]
+
+    def describe(self, base: KernelSpec | str | None = None) -> str:
+        """A compact label: the closest preset plus the fields that differ from it."""
+        if base is None:
+            base = min(PRESETS, key=lambda name: len(self.diff(PRESETS[name])))
+        base_name = base if isinstance(base, str) else "spec"
+        base_spec = PRESETS[base] if isinstance(base, str) else base
+        changes = self.diff(base_spec)
+        if not changes:
+            return base_name
+        return base_name + "+" + ",".join(f"{k}={_fmt(v)}" for k, v in changes.items())
+
+    def diff(self, other: KernelSpec) -> dict[str, Any]:
+        """Fields whose value differs from `other` (this spec's values)."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != getattr(other, f.name)
+        }
+
+
+FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(KernelSpec))
+
+
+# -- construction ---------------------------------------------------------------------------
+def make_spec(
+    base: KernelSpec | str | Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> KernelSpec:
+    """Build a spec from a preset name, a spec, or a mapping, plus field overrides.
+
+    A mapping may name a `preset` to start from (default fa2) and any fields to override, as in
+    YAML: ``{"preset": "fa2", "softmax": "stabilized", "beta": 4}``.
+    """
+    fields: dict[str, Any] = {}
+    if base is None:
+        start = PRESETS["fa2"]
+    elif isinstance(base, KernelSpec):
+        start = base
+    elif isinstance(base, str):
+        start = preset(base)
+    elif isinstance(base, Mapping):
+        body = dict(base)
+        start = preset(body.pop("preset", "fa2"))
+        fields.update(body)
+    else:
+        raise FlashprobeError(f"kernel spec must be a preset name or a mapping, got {base!r}")
+    fields.update(overrides or {})
+    unknown = sorted(set(fields) - set(FIELD_NAMES))
+    if unknown:
+        raise FlashprobeError(
+            f"unknown kernel spec field {unknown[0]!r}; known fields: {', '.join(FIELD_NAMES)}"
+        )
+    parsed = {name: _parse_field(name, value) for name, value in fields.items()}
+    try:
+        return dataclasses.replace(start, **parsed)
+    except TypeError as exc:  # pragma: no cover - guarded by the unknown-field check
+        raise FlashprobeError(str(exc)) from None
+
+
+def preset(name: str) -> KernelSpec:
+    if name not in PRESETS:
+        raise FlashprobeError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def resolve_spec(spec: KernelSpec | str | Mapping[str, Any] | None) -> KernelSpec:
+    """Accept what users pass as `spec=` (a spec, a preset name, a mapping or None → fa2)."""
+    return spec if isinstance(spec, KernelSpec) else make_spec(spec)
+
+
+def parse_assignments(assignments: Iterable[str]) -> dict[str, Any]:
+    """Parse CLI ``key=value`` strings; values are read as YAML scalars (4 → int, true → bool)."""
+    out: dict[str, Any] = {}
+    for item in assignments:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise FlashprobeError(f"expected key=value, got {item!r}")
+        try:
+            out[key.strip()] = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            out[key.strip()] = raw
+    return out
+
+
+def spec_from_yaml(path: str | Path) -> KernelSpec:
+    """Load a spec from a YAML file holding a mapping (optionally under a `kernel:` key)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FlashprobeError(f"spec file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        where = f" (line {line + 1})" if line is not None else ""
+        raise FlashprobeError(f"malformed YAML in {path}{where}") from None
+    if isinstance(data, Mapping) and isinstance(data.get("kernel"), Mapping):
+        data = data["kernel"]
+    if not isinstance(data, Mapping):
+        raise FlashprobeError(f"{path}: expected a mapping of kernel spec fields")
+    return make_spec(data)
+
+
+# -- parsing and validation -----------------------------------------------------------------
+def _parse_field(name: str, value: Any) -> Any:
+    if name in ("block_m", "block_n"):
+        if value is None or (isinstance(value, str) and value.lower() in UNTILED_WORDS):
+            return None
+        return _as_int(name, value)
+    if name in ("beta", "tie_tolerance"):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise FlashprobeError(f"{name} must be a number, got {value!r}")
+        return float(value)
+    if name == "l_from_rounded_p":
+        if not isinstance(value, bool):
+            raise FlashprobeError(f"{name} must be true or false, got {value!r}")
+        return value
+    return value  # Literal fields are checked in _validate
+
+
+def _as_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise FlashprobeError(f"{name} must be a power of two or 'full', got {value!r}")
+    return value
+
+
+def _validate(spec: KernelSpec) -> None:
+    for name in ("block_m", "block_n"):
+        value = getattr(spec, name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise FlashprobeError(f"{name} must be a power of two or 'full', got {value!r}")
+        if value < MIN_BLOCK or value > MAX_BLOCK or value & (value - 1):
+            raise FlashprobeError(
+                f"{name} must be a power of two between {MIN_BLOCK} and {MAX_BLOCK} or 'full', "
+                f"got {value}"
+            )
+    for name, allowed in (
+        ("score_precision", Precision),
+        ("softmax", SoftmaxMode),
+        ("p_bar_precision", Precision),
+        ("accumulator", Precision),
+        ("delta_source", DeltaSource),
+        ("delta_precision", Precision),
+        ("ds_precision", Precision),
+    ):
+        choices = get_args(allowed)
+        if getattr(spec, name) not in choices:
+            raise FlashprobeError(
+                f"{name} must be one of {', '.join(choices)}, got {getattr(spec, name)!r}"
+            )
+    if isinstance(spec.beta, bool) or not isinstance(spec.beta, int | float):
+        raise FlashprobeError(f"beta must be a number, got {spec.beta!r}")
+    if not (math.isfinite(spec.beta) and spec.beta > 1.0):
+        raise FlashprobeError(f"beta must be a finite number > 1, got {spec.beta}")
+    tol = spec.tie_tolerance
+    if isinstance(tol, bool) or not isinstance(tol, int | float):
+        raise FlashprobeError(f"tie_tolerance must be a number, got {tol!r}")
+    if not (math.isfinite(tol) and tol >= 0.0):
+        raise FlashprobeError(f"tie_tolerance must be a finite number >= 0, got {tol}")
+    if not isinstance(spec.l_from_rounded_p, bool):
+        raise FlashprobeError(
+            f"l_from_rounded_p must be true or false, got {spec.l_from_rounded_p!r}"
+        )
+    if spec.softmax == "fused_scale" and spec.score_precision != "fp32":
+        raise FlashprobeError(
+            "softmax 'fused_scale' fuses the scale into the raw fp32 scores; "
+            "it needs score_precision 'fp32'"
+        )
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "full"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+# -- presets ------------------------------------------------------------------------------
+PRESETS: dict[str, KernelSpec] = {}
+
+
+def _register(name: str, spec: KernelSpec) -> None:
+    PRESETS[name] = spec
+
+
+# FlashAttention-2 / Triton tutorial semantics in bf16: fp32 S, m, ℓ and acc_O; P̄ and dS cast
+# to bf16 for the matrix products; δ from the stored bf16 O.
+_register("fa2", KernelSpec())
+# The paper's released pure-PyTorch flash attention (512×512 tiles, bf16 einsum scores, bf16
+# running O/ℓ/m buffers, δ reduced from bf16 O and dO).
+_register(
+    "paper-code",
+    KernelSpec(
+        block_m=512,
+        block_n=512,
+        score_precision="bf16",
+        accumulator="bf16",
+        delta_precision="bf16",
+    ),
+)
+# The paper's stabilized flash attention (Alg. 3, β = 2 as in v4) on the fa2 kernel.
+_register("sfa", KernelSpec(softmax="stabilized", beta=2.0))
+# The paper's own code with STABLE=1.
+_register("paper-sfa", dataclasses.replace(PRESETS["paper-code"], softmax="stabilized"))
+# High precision everywhere a kernel can choose.
+_register(
+    "fp32",
+    KernelSpec(
+        p_bar_precision="fp32",
+        delta_source="o_fp32",
+        ds_precision="fp32",
+        l_from_rounded_p=True,
+    ),
+)
+
+PRESET_DOCS: dict[str, str] = {
+    "fa2": "FlashAttention-2 / Triton tutorial semantics in bf16 (fp32 S, m, ℓ, O; bf16 P̄, dS).",
+    "paper-code": "The paper's released PyTorch kernel: bf16 scores and accumulators, 512×512 "
+    "tiles, bf16 δ.",
+    "sfa": "The paper's stabilized flash attention (β = 2) on the fa2 kernel.",
+    "paper-sfa": "The paper's released kernel with STABLE=1 (β = 2).",
+    "fp32": "High precision everywhere: fp32 P̄, dS, δ from an fp32 O.",
+}
