@@ -52,7 +52,7 @@ FIELD_DOCS: dict[str, str] = {
     "as tied (>= 0; the paper's code uses 1e-3).",
     "p_bar_precision": "P̄ rounded to bf16 before the P̄V product (FA2, Triton tutorial, the "
     "paper's code) or kept in fp32.",
-    "accumulator": "Running O, ℓ and m between key tiles: fp32 (FlashAttention-2/3, Triton "
+    "accumulator": "Running O and ℓ between key tiles: fp32 (FlashAttention-2/3, Triton "
     "tutorial) or bf16 (the paper's released PyTorch code, which also rounds each tile's P̄V "
     "product to bf16).",
     "l_from_rounded_p": "Sum ℓ from the rounded P̄ used in P̄V (consistent numerator and "
