@@ -1,0 +1,85 @@
+"""`flashprobe bench`: time the Triton kernels against PyTorch SDPA (flash and cuDNN backends)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from flashprobe.cli import app
+from flashprobe.errors import FlashprobeError
+from flashprobe.experiments import benchmark as bench
+from flashprobe.reporting.atomic import write_text_new
+
+
+@app.command("bench")
+def bench_command(
+    preset: list[str] = typer.Option(
+        ["fa2", "sfa"],
+        "--preset",
+        help="Kernel presets to time (repeatable); the first is the base.",
+    ),
+    seq: list[int] = typer.Option(
+        [1024, 2048, 4096, 8192, 16384], "--seq", help="Sequence lengths (repeatable)."
+    ),
+    head_dim: list[int] = typer.Option([64, 128], "--head-dim", help="Head dims (repeatable)."),
+    tokens: int = typer.Option(32768, help="batch × seq, kept constant across lengths."),
+    heads: int = typer.Option(16, help="Attention heads."),
+    mask: str = typer.Option("both", help="causal, full or both."),
+    dtype: str = typer.Option("bf16", help="bf16 or fp16."),
+    mode: list[str] = typer.Option(list(bench.MODES), "--mode", help="fwd, bwd, fwd+bwd."),
+    peers: bool = typer.Option(True, help="Also time SDPA flash and cuDNN backends."),
+    stats: bool = typer.Option(True, help="Also time the first preset with instrumentation on."),
+    json_path: Path | None = typer.Option(
+        None, "--json", help="Write all timings to this new file."
+    ),
+    seed: int = typer.Option(0, help="Seed for the random inputs."),
+) -> None:
+    """Time forward, backward and forward+backward against SDPA; print TFLOP/s and ratios.
+
+    TFLOP/s = 4·B·H·N²·D (×0.5 causal, ×2.5 backward); medians of triton.testing.do_bench,
+    every implementation timed in this process on the same inputs. Needs a CUDA GPU.
+
+    Examples:
+
+      flashprobe bench
+
+      flashprobe bench --preset fa2 --seq 4096 --head-dim 128 --mask causal --json bench.json
+    """
+    if json_path is not None and json_path.exists():
+        raise FlashprobeError(f"{json_path} exists; choose a new --json path")
+    causal = {"causal": (True,), "full": (False,), "both": (True, False)}.get(mask)
+    if causal is None:
+        raise FlashprobeError(f"--mask must be causal, full or both, got {mask!r}")
+    shapes = [
+        s for s in bench.default_shapes(seq, head_dim, tokens, heads, dtype) if s.causal in causal
+    ]
+    impls = bench.implementations(preset, instrumented=stats, peers=peers)
+    timings = bench.run_benchmark(
+        shapes, impls, mode, progress=lambda msg: typer.echo(f"  timing {msg}", err=True)
+    )
+    from flashprobe.reporting.bench_table import bench_tables
+
+    typer.echo(bench_tables(timings, impls))
+    if json_path is not None:
+        from flashprobe.environment import environment
+
+        payload = {
+            "config": {
+                "presets": preset,
+                "seq": seq,
+                "head_dim": head_dim,
+                "tokens": tokens,
+                "heads": heads,
+                "mask": mask,
+                "dtype": dtype,
+                "modes": mode,
+                "seed": seed,
+            },
+            "specs": {i.name: i.spec.to_dict() for i in impls if i.spec is not None},
+            "environment": environment(),
+            "timings": [t.to_dict() for t in timings],
+        }
+        write_text_new(json_path, json.dumps(payload, indent=2))
+        typer.echo(f"wrote {json_path}")

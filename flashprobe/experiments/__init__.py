@@ -1,0 +1,1 @@
+"""Experiments: computations behind the CLI commands (no printing)."""

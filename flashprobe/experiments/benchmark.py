@@ -1,0 +1,222 @@
+"""Attention speed: flashprobe's Triton kernels against PyTorch SDPA's flash and cuDNN backends.
+
+Every peer is timed in the same process on the same inputs with `triton.testing.do_bench`
+(median), so the printed ratios compare like with like. FLOPs follow the Triton tutorial and
+FlashAttention benchmarks: 4·B·H·N²·D for the forward, halved when causal, ×2.5 for the backward.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+
+from flashprobe.errors import FlashprobeError
+from flashprobe.spec import KernelSpec, make_spec
+
+MODES = ("fwd", "bwd", "fwd+bwd")
+PEERS = ("sdpa-flash", "sdpa-cudnn")
+_BWD_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class BenchShape:
+    batch: int
+    heads: int
+    seq: int
+    head_dim: int
+    causal: bool
+    dtype: str = "bf16"
+
+    def flops(self, mode: str) -> float:
+        dense = 4.0 * self.batch * self.heads * self.seq * self.seq * self.head_dim
+        return dense * (0.5 if self.causal else 1.0) * _BWD_FACTOR[mode]
+
+    def label(self) -> str:
+        mask = "causal" if self.causal else "full"
+        return f"B{self.batch} H{self.heads} N{self.seq} D{self.head_dim} {mask}"
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """Something to time: a flashprobe spec (optionally instrumented) or an SDPA backend."""
+
+    name: str
+    spec: KernelSpec | None = None
+    instrument: bool = False
+    sdpa_backend: str | None = None
+
+
+@dataclass(frozen=True)
+class Timing:
+    shape: BenchShape
+    impl: str
+    mode: str
+    ms: float | None  # None: the implementation does not support this shape here
+    tflops: float | None
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return {
+            **asdict(self.shape),
+            "impl": self.impl,
+            "mode": self.mode,
+            "ms": self.ms,
+            "tflops": self.tflops,
+            "note": self.note,
+        }
+
+
+def default_shapes(
+    seqs: Sequence[int] = (1024, 2048, 4096, 8192, 16384),
+    head_dims: Sequence[int] = (64, 128),
+    tokens: int = 32768,
+    heads: int = 16,
+    dtype: str = "bf16",
+) -> list[BenchShape]:
+    """The issue's default grid: batch × seq = `tokens`, causal and not."""
+    shapes = []
+    for head_dim in head_dims:
+        for causal in (True, False):
+            for seq in seqs:
+                if seq <= 0 or head_dim <= 0 or tokens < seq:
+                    raise FlashprobeError(f"need tokens >= seq > 0, got tokens={tokens} seq={seq}")
+                shapes.append(BenchShape(tokens // seq, heads, seq, head_dim, causal, dtype))
+    return shapes
+
+
+def implementations(
+    presets: Iterable[str], instrumented: bool, peers: bool
+) -> list[Implementation]:
+    impls = [Implementation(name, spec=make_spec(name)) for name in presets]
+    if instrumented and impls:
+        first = impls[0]
+        impls.append(Implementation(f"{first.name}+stats", spec=first.spec, instrument=True))
+    if peers:
+        impls += [
+            Implementation("sdpa-flash", sdpa_backend="FLASH_ATTENTION"),
+            Implementation("sdpa-cudnn", sdpa_backend="CUDNN_ATTENTION"),
+        ]
+    return impls
+
+
+def run_benchmark(
+    shapes: Sequence[BenchShape],
+    impls: Sequence[Implementation],
+    modes: Sequence[str] = MODES,
+    *,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> list[Timing]:
+    """Time every (shape, implementation, mode); needs CUDA."""
+    if not torch.cuda.is_available():
+        raise FlashprobeError("flashprobe bench needs a CUDA GPU; none is visible here")
+    for mode in modes:
+        if mode not in MODES:
+            raise FlashprobeError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
+    from triton.testing import do_bench
+
+    timings: list[Timing] = []
+    for shape in shapes:
+        q, k, v, do = _inputs(shape, seed)
+        for impl in impls:
+            attend = _attend_fn(impl, shape)
+            for mode in modes:
+                if progress:
+                    progress(f"{shape.label()} {impl.name} {mode}")
+                try:
+                    ms = do_bench(
+                        _step(attend, q, k, v, do, mode), warmup=25, rep=100, return_mode="median"
+                    )
+                except (RuntimeError, FlashprobeError) as exc:  # e.g. a backend not built here
+                    timings.append(Timing(shape, impl.name, mode, None, None, _first_line(exc)))
+                    continue
+                timings.append(Timing(shape, impl.name, mode, ms, shape.flops(mode) / ms * 1e-9))
+        del q, k, v, do
+        torch.cuda.empty_cache()
+    return timings
+
+
+def ratio_table(timings: Sequence[Timing], baseline: str) -> dict[tuple, float | None]:
+    """ratio[(shape, impl, mode)] = impl TFLOP/s ÷ baseline TFLOP/s on the same shape and mode."""
+    by_key = {(t.shape, t.impl, t.mode): t for t in timings}
+    out: dict[tuple, float | None] = {}
+    for (shape, impl, mode), t in by_key.items():
+        base = by_key.get((shape, baseline, mode))
+        ok = t.tflops and base is not None and base.tflops
+        out[(shape, impl, mode)] = t.tflops / base.tflops if ok else None
+    return out
+
+
+# -- internals -------------------------------------------------------------------------------
+def _inputs(shape: BenchShape, seed: int) -> tuple[torch.Tensor, ...]:
+    if shape.dtype not in _DTYPES:
+        raise FlashprobeError(f"dtype must be one of {', '.join(_DTYPES)}, got {shape.dtype!r}")
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    size = (shape.batch, shape.heads, shape.seq, shape.head_dim)
+    dtype = _DTYPES[shape.dtype]
+    q, k, v, do = (torch.randn(size, device="cuda", dtype=dtype, generator=gen) for _ in range(4))
+    return q, k, v, do
+
+
+def _attend_fn(impl: Implementation, shape: BenchShape) -> Callable[..., torch.Tensor]:
+    scale = 1.0 / math.sqrt(shape.head_dim)
+    if impl.spec is not None:
+        from flashprobe.api import attention
+
+        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            out = attention(
+                q,
+                k,
+                v,
+                causal=shape.causal,
+                spec=impl.spec,
+                scale=scale,
+                backend="triton",
+                return_stats=impl.instrument,
+            )
+            return out[0] if impl.instrument else out
+
+        return attend
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention
+
+    backend = getattr(SDPBackend, impl.sdpa_backend or "")
+
+    def attend_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        with sdpa_kernel([backend]):
+            return scaled_dot_product_attention(q, k, v, is_causal=shape.causal, scale=scale)
+
+    return attend_sdpa
+
+
+def _step(
+    attend: Callable[..., torch.Tensor],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    do: torch.Tensor,
+    mode: str,
+) -> Callable[[], None]:
+    if mode == "fwd":
+        return lambda: attend(q, k, v)
+    leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+    if mode == "fwd+bwd":
+        return lambda: attend(*leaves).backward(do)
+    out = attend(*leaves)  # bwd alone: one forward, then time backward on the kept graph
+
+    def backward() -> None:
+        for leaf in leaves:
+            leaf.grad = None
+        out.backward(do, retain_graph=True)
+
+    return backward
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:120]

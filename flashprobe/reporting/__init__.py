@@ -1,0 +1,1 @@
+"""Reporting: tables, files and figures from experiment results."""
