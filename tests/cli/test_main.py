@@ -1,0 +1,41 @@
+"""The CLI root: version, help on every command, one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from flashprobe import __version__
+from flashprobe.cli import app
+
+
+def test_version(run_cli) -> None:
+    result = run_cli("--version")
+    assert result.code == 0
+    assert result.out.strip() == f"flashprobe {__version__}"
+
+
+def test_no_arguments_prints_help(run_cli) -> None:
+    result = run_cli()
+    assert result.code == 0
+    assert "Usage" in result.out
+
+
+def _command_names() -> list[str]:
+    from flashprobe.cli import _register_commands
+
+    _register_commands()
+    return [c.name for c in app.registered_commands]
+
+
+@pytest.mark.parametrize("command", _command_names())
+def test_every_command_has_help_with_examples(run_cli, command: str) -> None:
+    result = run_cli(command, "--help")
+    assert result.code == 0
+    assert "Examples" in result.out
+
+
+def test_unknown_option_is_one_line_exit_2(run_cli) -> None:
+    result = run_cli("spec", "--no-such-flag")
+    assert result.code == 2
+    assert len(result.err.strip().splitlines()) == 1
+    assert "--no-such-flag" in result.err

@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def test_spec_json_applies_overrides(run_cli) -> None:
+    result = run_cli(
+        "spec", "fa2", "--set", "softmax=stabilized", "--set", "beta=4", "--format", "json"
+    )
+    assert result.code == 0
+    data = json.loads(result.out)
+    assert data["softmax"] == "stabilized"
+    assert data["beta"] == 4.0
+    assert data["label"] == "sfa+beta=4"
+
+
+def test_spec_from_yaml(run_cli, tmp_path) -> None:
+    path = tmp_path / "k.yaml"
+    path.write_text("kernel:\n  preset: paper-code\n  block_n: full\n")
+    result = run_cli("spec", "--config", str(path), "--format", "json")
+    assert result.code == 0
+    data = json.loads(result.out)
+    assert data["block_n"] is None and data["accumulator"] == "bf16"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["spec", "nope"], "unknown preset"),
+        (["spec", "--set", "beta=0.5"], "beta"),
+        (["spec", "--set", "colour=red"], "colour"),
+        (["spec", "--set", "block_n=48"], "block_n"),
+        (["spec", "--config", "/no/such/file.yaml"], "not found"),
+        (["spec", "--format", "xml"], "--format"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(run_cli, args: list[str], needle: str) -> None:
+    result = run_cli(*args)
+    assert result.code == 2
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0]
+
+
+def test_malformed_yaml_is_one_line(run_cli, tmp_path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("kernel: [unclosed\n")
+    result = run_cli("spec", "--config", str(path))
+    assert result.code == 2
+    assert "malformed YAML" in result.err and len(result.err.strip().splitlines()) == 1
