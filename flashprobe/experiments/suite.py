@@ -1,0 +1,216 @@
+"""Ablation suites: a base run, named variants that override parts of it, and grid axes.
+
+    name: smoke
+    seeds: [0, 1]
+    base:   {model: {...}, data: {...}, train: {...}, kernel: {preset: fa2}}
+    variants:
+      baseline: {}
+      sfa: {kernel: {preset: sfa}}
+    axes:                       # every combination, applied on top of every variant
+      train.lr: [3.0e-3, 6.0e-3]
+    branch: {from: baseline, step: 200}   # optional: variants start from baseline's checkpoint
+
+A suite expands into cells (variant × axis point × seed). Each cell's resolved config is a plain
+nested dict; `cell_key` hashes it with the code version, so a result store can skip finished
+cells and keep different code versions apart.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from flashprobe.errors import FlashprobeError
+from flashprobe.spec import parse_assignments
+
+SUITE_KEYS = ("name", "description", "seeds", "base", "variants", "axes", "branch", "replay")
+BRANCH_KEYS = ("from", "step")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One training run of a suite: a variant at one grid point and one seed."""
+
+    suite: str
+    variant: str
+    point: tuple[tuple[str, Any], ...]  # (dotted key, value) of each axis, in axis order
+    seed: int
+    config: Mapping[str, Any]  # resolved run config, seed included
+    branch_from: str | None = None  # variant whose checkpoint this cell starts from
+    branch_step: int | None = None
+
+    @property
+    def name(self) -> str:
+        axes = ",".join(f"{k}={v}" for k, v in self.point)
+        return f"{self.variant}" + (f"[{axes}]" if axes else "") + f"/seed{self.seed}"
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    description: str
+    cells: tuple[Cell, ...]
+    raw: Mapping[str, Any] = field(repr=False, default_factory=dict)
+
+    def variants(self) -> list[str]:
+        return list(dict.fromkeys(c.variant for c in self.cells))
+
+
+def load_suite(
+    path: str | Path,
+    overrides: Iterable[str] = (),
+    validate: Callable[[Mapping[str, Any]], Any] | None = None,
+) -> Suite:
+    """Read a suite YAML, apply `--set key=value` overrides to its base, expand, validate.
+
+    `validate` receives every cell's resolved config and raises FlashprobeError on bad values,
+    so a bad suite is rejected before anything runs.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FlashprobeError(f"suite file not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise FlashprobeError(f"malformed YAML in {path}{where}") from None
+    if not isinstance(raw, Mapping):
+        raise FlashprobeError(f"{path}: a suite must be a mapping with a 'base' section")
+    return expand_suite(raw, overrides, validate, default_name=path.stem)
+
+
+def expand_suite(
+    raw: Mapping[str, Any],
+    overrides: Iterable[str] = (),
+    validate: Callable[[Mapping[str, Any]], Any] | None = None,
+    default_name: str = "suite",
+) -> Suite:
+    unknown = sorted(set(raw) - set(SUITE_KEYS))
+    if unknown:
+        raise FlashprobeError(f"unknown suite key {unknown[0]!r}; known: {', '.join(SUITE_KEYS)}")
+    base = _mapping(raw.get("base", {}), "base")
+    for key, value in parse_assignments(overrides).items():
+        set_dotted(base, key, value)
+    variants = _mapping(raw.get("variants") or {"baseline": {}}, "variants")
+    seeds = _seeds(raw.get("seeds", [0]))
+    axes = _axes(raw.get("axes") or {})
+    branch_from, branch_step = _branch(raw.get("branch"), variants)
+
+    cells = []
+    for variant, delta in variants.items():
+        resolved_variant = deep_merge(base, _mapping(delta or {}, f"variants.{variant}"))
+        for values in itertools.product(*axes.values()) if axes else [()]:
+            point = tuple(zip(axes, values, strict=True))
+            config = copy.deepcopy(resolved_variant)
+            for key, value in point:
+                set_dotted(config, key, value)
+            for seed in seeds:
+                cell_config = {**copy.deepcopy(config), "seed": seed}
+                if validate is not None:
+                    try:
+                        validate(cell_config)
+                    except FlashprobeError as exc:
+                        raise FlashprobeError(f"variant {variant!r}: {exc}") from None
+                branched = branch_from is not None and variant != branch_from
+                cells.append(
+                    Cell(
+                        suite=str(raw.get("name", default_name)),
+                        variant=variant,
+                        point=point,
+                        seed=seed,
+                        config=cell_config,
+                        branch_from=branch_from if branched else None,
+                        branch_step=branch_step if branched else None,
+                    )
+                )
+    return Suite(
+        name=str(raw.get("name", default_name)),
+        description=str(raw.get("description", "")),
+        cells=tuple(cells),
+        raw=dict(raw),
+    )
+
+
+def cell_key(cell: Cell, code_version: str) -> str:
+    """Content hash of what determines a cell's result: its config, branch point and code."""
+    blob = json.dumps(
+        {
+            "config": cell.config,
+            "branch": [cell.branch_from, cell.branch_step],
+            "code": code_version,
+        },
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# -- dict helpers --------------------------------------------------------------------------------
+def deep_merge(base: Mapping[str, Any], delta: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of `base` with `delta` merged in; nested mappings merge, everything else replaces."""
+    out = copy.deepcopy(dict(base))
+    for key, value in delta.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def set_dotted(config: dict[str, Any], dotted: str, value: Any) -> None:
+    """config['a']['b'] = value for dotted key 'a.b', creating mappings on the way."""
+    parts = dotted.split(".")
+    node = config
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise FlashprobeError(f"cannot set {dotted!r}: {part!r} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise FlashprobeError(f"{where} must be a mapping, got {type(value).__name__}")
+    return {str(k): v for k, v in value.items()}
+
+
+def _seeds(value: Any) -> list[int]:
+    seeds = value if isinstance(value, list) else [value]
+    if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+        raise FlashprobeError(f"seeds must be a list of integers, got {value!r}")
+    if len(set(seeds)) != len(seeds):
+        raise FlashprobeError(f"seeds repeat: {seeds}")
+    return seeds
+
+
+def _axes(value: Any) -> dict[str, list[Any]]:
+    axes = _mapping(value, "axes")
+    for key, values in axes.items():
+        if not isinstance(values, list) or not values:
+            raise FlashprobeError(f"axis {key!r} must be a non-empty list of values")
+    return axes
+
+
+def _branch(value: Any, variants: Mapping[str, Any]) -> tuple[str | None, int | None]:
+    if value is None:
+        return None, None
+    branch = _mapping(value, "branch")
+    unknown = sorted(set(branch) - set(BRANCH_KEYS))
+    if unknown:
+        raise FlashprobeError(f"unknown branch key {unknown[0]!r}; known: from, step")
+    source, step = branch.get("from"), branch.get("step")
+    if source not in variants:
+        raise FlashprobeError(f"branch.from must name a variant, got {source!r}")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise FlashprobeError(f"branch.step must be an integer >= 0, got {step!r}")
+    return str(source), step

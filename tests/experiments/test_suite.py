@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+import pytest
+
+from flashprobe.errors import FlashprobeError
+from flashprobe.experiments.suite import cell_key, deep_merge, expand_suite, load_suite
+
+RAW = {
+    "name": "demo",
+    "seeds": [0, 1],
+    "base": {"train": {"lr": 1e-3, "steps": 10}, "kernel": {"preset": "fa2"}},
+    "variants": {"baseline": {}, "sfa": {"kernel": {"preset": "sfa"}}},
+    "axes": {"train.lr": [1e-3, 2e-3]},
+    "branch": {"from": "baseline", "step": 5},
+}
+
+
+def test_grid_expands_variants_axes_and_seeds() -> None:
+    suite = expand_suite(RAW)
+    assert len(suite.cells) == 2 * 2 * 2
+    assert suite.variants() == ["baseline", "sfa"]
+    lrs = {(c.variant, c.config["train"]["lr"], c.seed) for c in suite.cells}
+    assert len(lrs) == 8
+    sfa = [c for c in suite.cells if c.variant == "sfa"]
+    assert all(c.config["kernel"]["preset"] == "sfa" for c in sfa)
+    assert all(c.config["train"]["steps"] == 10 for c in suite.cells)  # base survives merge
+
+
+def test_branch_applies_to_variants_not_the_source() -> None:
+    suite = expand_suite(RAW)
+    for cell in suite.cells:
+        if cell.variant == "baseline":
+            assert cell.branch_from is None
+        else:
+            assert (cell.branch_from, cell.branch_step) == ("baseline", 5)
+
+
+def test_cli_overrides_reach_the_base() -> None:
+    suite = expand_suite(RAW, overrides=["train.steps=3", "kernel.beta=4"])
+    assert {c.config["train"]["steps"] for c in suite.cells} == {3}
+    assert {c.config["kernel"]["beta"] for c in suite.cells} == {4}
+
+
+def test_cell_key_depends_on_config_and_code() -> None:
+    a, b = expand_suite(RAW).cells[:2]
+    assert cell_key(a, "v1") != cell_key(b, "v1")
+    assert cell_key(a, "v1") != cell_key(a, "v2")
+    assert cell_key(a, "v1") == cell_key(expand_suite(RAW).cells[0], "v1")
+
+
+def test_validator_runs_on_every_cell_before_anything() -> None:
+    seen = []
+
+    def validate(config):
+        seen.append(config)
+        if config["kernel"].get("preset") == "sfa":
+            raise FlashprobeError("bad preset")
+
+    with pytest.raises(FlashprobeError, match="variant 'sfa': bad preset"):
+        expand_suite(RAW, validate=validate)
+
+
+@pytest.mark.parametrize(
+    ("raw", "needle"),
+    [
+        ({**RAW, "colour": 1}, "unknown suite key 'colour'"),
+        ({**RAW, "seeds": [0, 0]}, "seeds repeat"),
+        ({**RAW, "seeds": ["a"]}, "seeds must be"),
+        ({**RAW, "axes": {"train.lr": []}}, "non-empty list"),
+        ({**RAW, "branch": {"from": "nope", "step": 1}}, "branch.from"),
+        ({**RAW, "branch": {"from": "baseline", "step": -1}}, "branch.step"),
+        ({**RAW, "base": [1]}, "base must be a mapping"),
+    ],
+)
+def test_bad_suites_are_rejected(raw, needle: str) -> None:
+    with pytest.raises(FlashprobeError, match=needle):
+        expand_suite(raw)
+
+
+def test_load_suite_errors(tmp_path) -> None:
+    with pytest.raises(FlashprobeError, match="not found"):
+        load_suite(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("base: {train: [\n")
+    with pytest.raises(FlashprobeError, match="malformed YAML"):
+        load_suite(bad)
+
+
+def test_deep_merge_does_not_mutate() -> None:
+    base = {"a": {"b": 1, "c": 2}}
+    merged = deep_merge(base, {"a": {"b": 3}})
+    assert merged == {"a": {"b": 3, "c": 2}} and base == {"a": {"b": 1, "c": 2}}
