@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import pytest
+
+from flashprobe.errors import FlashprobeError
+from flashprobe.experiments.store import ResultStore
+from flashprobe.experiments.suite import expand_suite
+
+RAW = {
+    "name": "demo",
+    "seeds": [0],
+    "base": {"train": {"steps": 4}},
+    "variants": {"baseline": {}, "delta fp32": {"kernel": {"delta_source": "o_fp32"}}},
+}
+
+
+def test_open_finish_and_read_back(tmp_path) -> None:
+    store = ResultStore(tmp_path)
+    cells = expand_suite(RAW).cells
+    path = store.open_cell(cells[0], "v1", {"gpu": None})
+    assert not store.is_finished(cells[0], "v1")
+    store.finish(path, {"diverged": False, "final_loss": 1.5})
+    assert store.is_finished(cells[0], "v1")
+    assert not store.is_finished(cells[0], "v2")  # new code version: a new cell
+    store.open_cell(cells[1], "v1", {"gpu": None})
+    records = list(store.records())
+    assert [r.meta["variant"] for r in records] == ["baseline", "delta fp32"]
+    assert records[0].finished and not records[1].finished
+    assert records[0].config["train"]["steps"] == 4
+    assert " " not in records[1].path.name  # variant names are made path-safe
+
+
+def test_missing_and_corrupt_store(tmp_path) -> None:
+    with pytest.raises(FlashprobeError, match="not found"):
+        list(ResultStore(tmp_path / "none").records())
+    store = ResultStore(tmp_path)
+    cell = expand_suite(RAW).cells[0]
+    path = store.open_cell(cell, "v1", {})
+    (path / "config.json").write_text("{not json")
+    with pytest.raises(FlashprobeError, match="corrupt JSON"):
+        list(store.records())
