@@ -1,0 +1,170 @@
+"""`flashprobe.attention`: a drop-in, differentiable attention that rounds as a KernelSpec says.
+
+    o = flashprobe.attention(q, k, v, causal=True, spec="sfa")
+    o, stats = flashprobe.attention(q, k, v, spec={"preset": "fa2", "block_n": 32},
+                                    return_stats=True)
+
+Backends: "emulator" (PyTorch, any device, the ground truth), "triton" (the CUDA kernels in
+`flashprobe.kernels`), "auto" (triton for CUDA tensors when the kernels are available, else the
+emulator).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from flashprobe.errors import FlashprobeError
+from flashprobe.reference.emulator import emulate_forward
+from flashprobe.reference.emulator_backward import emulate_backward
+from flashprobe.spec import KernelSpec, resolve_spec
+from flashprobe.stats import AttentionStats
+
+__all__ = ["BACKENDS", "attention"]
+
+BACKENDS = ("auto", "emulator", "triton")
+#: fp64 runs the emulator with fp64 intermediates (for gradcheck); kernels take the others.
+SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
+
+
+class _EmulatedAttention(torch.autograd.Function):
+    """Forward and backward by the reference emulator; stats come back as non-differentiable."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        spec: KernelSpec,
+        causal: bool,
+        scale: float | None,
+    ) -> tuple[torch.Tensor, ...]:
+        fwd = emulate_forward(q, k, v, spec, causal=causal, scale=scale)
+        # Only delta_source = o_fp32 needs the unrounded O; don't hold it otherwise.
+        o_fp32 = fwd.o_fp32 if spec.delta_source == "o_fp32" else None
+        ctx.save_for_backward(q, k, v, fwd.o, fwd.lse, o_fp32)
+        ctx.spec, ctx.causal, ctx.scale = spec, causal, scale
+        stats = fwd.stats
+        outputs = (stats.lse, stats.row_max, stats.tie_events, stats.p_bar_ones)
+        ctx.mark_non_differentiable(*outputs)
+        return (fwd.o, *outputs)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, do: torch.Tensor, *_stats_grads: Any) -> tuple[Any, ...]:
+        q, k, v, o, lse, o_fp32 = ctx.saved_tensors
+        grads = emulate_backward(
+            q, k, v, o, do, lse, ctx.spec, causal=ctx.causal, scale=ctx.scale, o_fp32=o_fp32
+        )
+        return grads.dq, grads.dk, grads.dv, None, None, None
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = True,
+    spec: KernelSpec | str | Mapping[str, Any] = "fa2",
+    *,
+    scale: float | None = None,
+    backend: str = "auto",
+    return_stats: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, AttentionStats]:
+    """Attention of q [B,H,M,D] over k, v [B,H,N,D], rounded as `spec` says; differentiable.
+
+    causal: top-left aligned (query i sees keys j <= i). scale defaults to 1/sqrt(D).
+    spec: a KernelSpec, a preset name, or a mapping of fields (optionally with `preset`).
+    return_stats: also return the per-row `AttentionStats` (lse, row max, tie events, P̄ ones).
+    Bad input raises `FlashprobeError` with a one-line message.
+    """
+    kernel_spec = resolve_spec(spec)
+    _check_inputs(q, k, v, causal, scale)
+    chosen = _choose_backend(backend, q)
+
+    if chosen == "triton":
+        triton_attention = _load_triton_backend()
+        return triton_attention(
+            q, k, v, causal=causal, spec=kernel_spec, scale=scale, return_stats=return_stats
+        )
+
+    o, lse, row_max, tie_events, p_bar_ones = _EmulatedAttention.apply(
+        q, k, v, kernel_spec, causal, scale
+    )
+    if return_stats:
+        return o, AttentionStats(
+            lse=lse, row_max=row_max, tie_events=tie_events, p_bar_ones=p_bar_ones
+        )
+    return o
+
+
+# -- input checks and backend choice --------------------------------------------------------
+def _check_inputs(q: Any, k: Any, v: Any, causal: Any, scale: Any) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise FlashprobeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise FlashprobeError(
+                f"{name} must be 4-D (batch, heads, seq, head_dim), got shape {tuple(t.shape)}"
+            )
+        if t.numel() == 0:
+            raise FlashprobeError(f"{name} is empty (shape {tuple(t.shape)})")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise FlashprobeError(
+            f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
+        )
+    if q.dtype not in SUPPORTED_DTYPES:
+        names = ", ".join(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES)
+        raise FlashprobeError(f"dtype {q.dtype} is not supported; use one of: {names}")
+    if not (q.device == k.device == v.device):
+        raise FlashprobeError(
+            f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}"
+        )
+    if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
+        raise FlashprobeError(
+            "expected q [B,H,M,D] and k, v [B,H,N,D], got shapes "
+            f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+    if not isinstance(causal, bool):
+        raise FlashprobeError(f"causal must be True or False, got {causal!r}")
+    if scale is not None and (
+        isinstance(scale, bool)
+        or not isinstance(scale, int | float)
+        or not math.isfinite(scale)
+        or scale <= 0
+    ):
+        raise FlashprobeError(f"scale must be a finite number > 0, got {scale!r}")
+
+
+def _triton_available() -> bool:
+    if importlib.util.find_spec("triton") is None:
+        return False
+    try:
+        _load_triton_backend()
+    except FlashprobeError:
+        return False
+    return True
+
+
+def _choose_backend(backend: Any, q: torch.Tensor) -> str:
+    if backend not in BACKENDS:
+        raise FlashprobeError(f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
+    if backend != "auto":
+        return backend
+    # The kernels take 16-bit and fp32 CUDA tensors; fp64 is the emulator's gradcheck mode.
+    if q.is_cuda and q.dtype != torch.float64 and _triton_available():
+        return "triton"
+    return "emulator"
+
+
+def _load_triton_backend() -> Any:
+    try:
+        from flashprobe.kernels import triton_attention
+    except ImportError as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise FlashprobeError(f"the triton backend is not available: {reason}") from None
+    return triton_attention

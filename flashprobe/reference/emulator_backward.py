@@ -1,0 +1,127 @@
+"""The reference emulator's backward pass (FlashAttention-2 algebra, docs/semantics.md).
+
+Tiling changes only the fp32 summation order of the backward, not where it rounds, so this works
+on whole [B, H, M, N] matrices:
+
+    P from lse ─► dP = dO·Vᵀ ─► δ ─► dS = P∘(dP − δ) ─► dQ = scale·dS·K, dK = scale·dSᵀ·Q
+                             └──► dV = P̄ᵀ·dO
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from flashprobe.errors import FlashprobeError
+from flashprobe.numerics.rounding import apply_precision, low_dtype_for
+from flashprobe.reference.emulator import (
+    LOG2E,
+    as_working,
+    default_scale,
+    fused_multiply_add,
+    log2_scores,
+    matmul,
+    visible_keys,
+    working_dtype,
+)
+from flashprobe.spec import KernelSpec, resolve_spec
+
+__all__ = ["BackwardResult", "emulate_backward"]
+
+
+@dataclass(frozen=True)
+class BackwardResult:
+    """dq [B,H,M,D], dk and dv [B,H,N,D] in the input dtype; delta [B,H,M] fp32 as used."""
+
+    dq: torch.Tensor
+    dk: torch.Tensor
+    dv: torch.Tensor
+    delta: torch.Tensor
+
+
+def recompute_p(
+    s_raw: torch.Tensor,
+    lse: torch.Tensor,
+    spec: KernelSpec,
+    *,
+    scale: float,
+    causal: bool,
+    low_dtype: torch.dtype,
+) -> torch.Tensor:
+    """Step 2: the normalised P = exp2(x − lse·LOG2E) from the forward's lse; 0 where masked.
+
+    fused_scale fuses the scale into the subtraction here too, as the forward did.
+    """
+    work = s_raw.dtype
+    keep = visible_keys(s_raw.shape[-2], s_raw.shape[-1], causal, s_raw.device)
+    keep = keep & (s_raw != -math.inf)
+    lse2 = lse.to(work) * as_working(LOG2E, work)
+    lse2 = torch.where(torch.isfinite(lse2), lse2, torch.zeros_like(lse2))[..., None]
+    if spec.softmax == "fused_scale":
+        exponent = fused_multiply_add(s_raw, as_working(scale * LOG2E, work), -lse2)
+    else:
+        exponent = log2_scores(s_raw, spec, scale=scale, low_dtype=low_dtype) - lse2
+    return torch.exp2(exponent.masked_fill(~keep, -math.inf))
+
+
+def delta_rows(
+    spec: KernelSpec,
+    *,
+    o: torch.Tensor,
+    o_fp32: torch.Tensor | None,
+    do: torch.Tensor,
+    p: torch.Tensor,
+    dp: torch.Tensor,
+    v: torch.Tensor,
+    low_dtype: torch.dtype,
+) -> torch.Tensor:
+    """Step 1: δ = rowsum(dO∘O), from the O that `delta_source` names, then maybe rounded."""
+    work = do.dtype
+    if spec.delta_source == "o_lowp":
+        delta = (do * o.to(work)).sum(dim=-1)
+    elif spec.delta_source == "o_fp32":
+        if o_fp32 is None:
+            raise FlashprobeError("delta_source 'o_fp32' needs the forward's o_fp32")
+        delta = (do * o_fp32.to(work)).sum(dim=-1)
+    elif spec.delta_source == "o_recompute":
+        delta = (do * matmul(p, v)).sum(dim=-1)  # O' = PV from the unrounded P
+    else:  # dp_p
+        delta = (p * dp).sum(dim=-1)
+    return apply_precision(delta, spec.delta_precision, low_dtype)
+
+
+def emulate_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    do: torch.Tensor,
+    lse: torch.Tensor,
+    spec: KernelSpec,
+    *,
+    causal: bool,
+    scale: float | None = None,
+    o_fp32: torch.Tensor | None = None,
+) -> BackwardResult:
+    """Gradients of the emulated attention w.r.t. q, k, v, given the forward's o and lse."""
+    spec = resolve_spec(spec)
+    scale = default_scale(q.shape[-1]) if scale is None else scale
+    work, low = working_dtype(q.dtype), low_dtype_for(q.dtype)
+    q_, k_, v_, do_ = (t.to(work) for t in (q, k, v, do))
+
+    s_raw = matmul(q_, k_.transpose(-2, -1))
+    p = recompute_p(s_raw, lse, spec, scale=scale, causal=causal, low_dtype=low)
+    dp = matmul(do_, v_.transpose(-2, -1))  # step 3: low×low products, fp32 accumulation
+    delta = delta_rows(spec, o=o, o_fp32=o_fp32, do=do_, p=p, dp=dp, v=v_, low_dtype=low)
+
+    # Step 3: dV from P cast to the input dtype when P̄ is (FA2 casts P for this product).
+    dv = matmul(apply_precision(p, spec.p_bar_precision, low).transpose(-2, -1), do_)
+    # Step 4: dS from the unrounded P, then rounded for the two products when the spec says.
+    ds = apply_precision(p * (dp - delta[..., None]), spec.ds_precision, low)
+    # Step 5: back through S = scale·q·kᵀ; a bf16 score rounding passes straight through.
+    scale_w = as_working(scale, work)
+    dq = matmul(ds, k_) * scale_w
+    dk = matmul(ds.transpose(-2, -1), q_) * scale_w
+    return BackwardResult(dq=dq.to(q.dtype), dk=dk.to(q.dtype), dv=dv.to(q.dtype), delta=delta)

@@ -1,0 +1,36 @@
+"""Shared fixtures. The error gate itself lives in `flashprobe.numerics.gate` (importable from
+any test directory, unlike a conftest module)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def random_qkv(
+    b: int,
+    h: int,
+    m: int,
+    n: int,
+    d: int,
+    dtype: torch.dtype,
+    *,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+) -> QKV:
+    """q [B,H,M,D], k and v [B,H,N,D] and dO [B,H,M,D]: standard normal, drawn in fp32 on the
+    CPU (so every device sees the same numbers), then cast."""
+    gen = torch.Generator().manual_seed(seed)
+    shapes = [(b, h, m, d), (b, h, n, d), (b, h, n, d), (b, h, m, d)]
+    tensors = [torch.randn(s, generator=gen).to(device=device, dtype=dtype) for s in shapes]
+    return tensors[0], tensors[1], tensors[2], tensors[3]
+
+
+@pytest.fixture
+def make_qkv() -> Callable[..., QKV]:
+    """`make_qkv(b, h, m, n, d, dtype, seed=0, device="cpu")` → (q, k, v, dO)."""
+    return random_qkv

@@ -1,0 +1,416 @@
+"""The reference emulator against the fp64 golden, and its step functions on hand-made inputs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from flashprobe.numerics.gate import (
+    GATE_FLOORS,
+    assert_gate,
+    gate,
+    reference_attention,
+    reference_grads,
+    rel_l2,
+)
+from flashprobe.reference.emulator import (
+    LOG2E,
+    ForwardResult,
+    emulate_forward,
+    online_softmax_forward,
+    running_max,
+    tile_max_and_ties,
+    update,
+)
+from flashprobe.reference.emulator_backward import BackwardResult, emulate_backward
+from flashprobe.reference.golden import golden_backward, golden_forward
+from flashprobe.spec import PRESETS, KernelSpec, make_spec
+
+BF16 = torch.bfloat16
+
+
+def run(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    do: torch.Tensor,
+    spec: KernelSpec,
+    causal: bool,
+) -> tuple[ForwardResult, BackwardResult]:
+    fwd = emulate_forward(q, k, v, spec, causal=causal)
+    bwd = emulate_backward(q, k, v, fwd.o, do, fwd.lse, spec, causal=causal, o_fp32=fwd.o_fp32)
+    return fwd, bwd
+
+
+def assert_all_within_gate(
+    label: str,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    do: torch.Tensor,
+    spec: KernelSpec,
+    causal: bool,
+) -> None:
+    """Forward o, lse and all three gradients within the gate of docs (flashprobe.numerics.gate)."""
+    fwd, bwd = run(q, k, v, do, spec, causal)
+    gold = golden_forward(q, k, v, causal=causal)
+    gold_grads = golden_backward(q, k, v, do, causal=causal)
+    ref_o, ref_lse = reference_attention(q, k, v, causal=causal)
+    ref_dq, ref_dk, ref_dv = reference_grads(q, k, v, do, causal=causal)
+    assert fwd.o.dtype == q.dtype and bwd.dq.dtype == q.dtype
+    for name, got, ref, want in [
+        ("o", fwd.o, ref_o, gold.o),
+        ("lse", fwd.lse, ref_lse, gold.lse),
+        ("dq", bwd.dq, ref_dq, gold_grads.dq),
+        ("dk", bwd.dk, ref_dk, gold_grads.dk),
+        ("dv", bwd.dv, ref_dv, gold_grads.dv),
+    ]:
+        assert_gate(f"{label} {name}", got, ref, want, dtype=q.dtype)
+
+
+# -- fp32 everywhere: the emulator is exact attention up to fp32 rounding --------------------
+FP32_CASES = [  # (M, N, D, block_n, causal)
+    (1, 17, 16, 16, False),
+    (17, 17, 40, 16, True),
+    (77, 77, 48, 32, False),
+    (130, 130, 64, 64, True),
+    (130, 130, 128, 16, False),
+    (17, 77, 64, None, False),
+    (77, 17, 16, 32, True),  # more queries than keys, causal: rows past N see every key
+    (33, 33, 256, 16, True),
+]
+
+
+@pytest.mark.parametrize(("m", "n", "d", "block_n", "causal"), FP32_CASES)
+def test_fp32_preset_matches_golden(
+    make_qkv, m: int, n: int, d: int, block_n: int | None, causal: bool
+) -> None:
+    q, k, v, do = make_qkv(1, 2, m, n, d, torch.float32, seed=m + n + d)
+    spec = PRESETS["fp32"].replace(block_n=block_n)
+    assert_all_within_gate("fp32", q, k, v, do, spec, causal)
+    fwd, bwd = run(q, k, v, do, spec, causal)
+    gold = golden_forward(q, k, v, causal=causal)
+    grads = golden_backward(q, k, v, do, causal=causal)
+    pairs = [(fwd.o, gold.o), (fwd.lse, gold.lse), (bwd.delta, grads.delta)]
+    pairs += [(bwd.dq, grads.dq), (bwd.dk, grads.dk), (bwd.dv, grads.dv)]
+    for got, want in pairs:
+        assert rel_l2(got, want) < 2e-6  # ~30 fp32 unit roundoffs
+
+
+def test_single_key_gives_exact_output_and_zero_score_gradients(make_qkv) -> None:
+    q, k, v, do = make_qkv(1, 2, 1, 1, 16, torch.float32)
+    fwd, bwd = run(q, k, v, do, PRESETS["fp32"], causal=True)
+    assert torch.equal(fwd.o, v)  # P = [1]: O is V exactly
+    # dS = P(dP − δ) with δ = dP in exact arithmetic; fp32 leaves only summation-order noise.
+    scale = (do.norm() * v.norm() * k.norm()).item()
+    assert bwd.dq.abs().max().item() <= 1e-6 * scale
+    assert bwd.dk.abs().max().item() <= 1e-6 * scale
+    torch.testing.assert_close(bwd.dv, do)
+
+
+# -- 16-bit presets: no worse than twice naive same-dtype attention ----------------------------
+GATE_CASES = [  # (preset, overrides, dtype)
+    ("fa2", {}, BF16),
+    ("fa2", {"block_n": 16}, BF16),
+    ("paper-code", {}, BF16),
+    ("paper-code", {"block_n": 16}, BF16),  # several bf16 accumulator updates per row
+    ("sfa", {"block_n": 32}, BF16),
+    ("paper-sfa", {"block_n": 16}, BF16),
+    ("fa2", {"softmax": "fused_scale"}, BF16),
+    ("fa2", {"block_n": 16, "delta_source": "dp_p", "l_from_rounded_p": True}, BF16),
+    ("fa2", {"block_n": 16}, torch.float16),
+    ("paper-code", {"block_n": 32}, torch.float16),
+]
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize(("preset", "overrides", "dtype"), GATE_CASES)
+def test_16bit_presets_within_gate(
+    make_qkv, preset: str, overrides: dict, dtype: torch.dtype, causal: bool
+) -> None:
+    q, k, v, do = make_qkv(2, 2, 77, 77, 64, dtype, seed=3)
+    spec = make_spec(preset, overrides)
+    assert_all_within_gate(spec.describe(), q, k, v, do, spec, causal)
+
+
+def test_gate_rejects_a_broken_kernel(make_qkv) -> None:
+    """The gate can fail: P̄ rounded to fp8 instead of bf16, a wrong scale, or a NaN."""
+    q, k, v, _ = make_qkv(2, 2, 77, 77, 64, BF16, seed=3)
+    gold = golden_forward(q, k, v, causal=True)
+    ref_o, _ = reference_attention(q, k, v, causal=True)
+    s_raw = q.float() @ k.float().transpose(-2, -1)
+
+    def forward(low: torch.dtype, scale: float) -> torch.Tensor:
+        spec = PRESETS["fa2"]
+        fwd = online_softmax_forward(
+            s_raw, v.float(), spec, scale=scale, causal=True, low_dtype=low
+        )
+        return fwd.o.to(BF16)
+
+    assert gate(forward(BF16, 0.125), ref_o, gold.o, dtype=BF16).passed
+    assert not gate(forward(torch.float8_e4m3fn, 0.125), ref_o, gold.o, dtype=BF16).passed
+    assert not gate(forward(BF16, 0.125 * 1.03), ref_o, gold.o, dtype=BF16).passed
+    nan_o = forward(BF16, 0.125).clone()
+    nan_o[0, 0, 5, 7] = math.nan
+    assert not gate(nan_o, ref_o, gold.o, dtype=BF16).passed
+    with pytest.raises(AssertionError, match="exceeds the gate"):
+        assert_gate("nan", nan_o, ref_o, gold.o, dtype=BF16)
+    assert GATE_FLOORS[BF16] < rel_l2(ref_o, gold.o)  # the floor never dominates here
+
+
+# -- tiling ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("preset", ["fa2", "paper-code", "sfa"])
+def test_untiled_is_one_tile(make_qkv, preset: str) -> None:
+    q, k, v, _ = make_qkv(1, 2, 77, 77, 32, BF16, seed=1)
+    untiled = emulate_forward(q, k, v, PRESETS[preset].replace(block_n=None), causal=True)
+    one_tile = emulate_forward(q, k, v, PRESETS[preset].replace(block_n=128), causal=True)
+    assert torch.equal(untiled.o, one_tile.o) and torch.equal(untiled.lse, one_tile.lse)
+    assert torch.equal(untiled.stats.p_bar_ones, one_tile.stats.p_bar_ones)
+
+
+def test_tiling_changes_only_rounding(make_qkv) -> None:
+    q, k, v, _ = make_qkv(1, 2, 77, 77, 32, BF16, seed=2)
+    specs = [PRESETS["fa2"].replace(block_n=bn) for bn in (None, 16, 32, 64)]
+    outs = [emulate_forward(q, k, v, spec, causal=False).o_fp32 for spec in specs]
+    for o in outs[1:]:
+        assert 0 < rel_l2(o, outs[0]) < 2.0**-8  # bf16 P̄ differs per tiling, slightly
+
+
+# -- every switch is live (and block_m is inert) --------------------------------------------
+SWITCHES = [  # (field, value, outputs it must change)
+    ("block_n", 16, ("o", "dq")),
+    ("score_precision", "bf16", ("o", "lse", "dq")),
+    ("softmax", "fused_scale", ("o_fp32", "lse")),  # ~1 fp32 ulp: bf16 O, dQ may not notice
+    ("p_bar_precision", "fp32", ("o", "dv")),
+    ("accumulator", "bf16", ("o", "lse")),
+    ("l_from_rounded_p", True, ("o", "lse")),
+    ("delta_source", "o_fp32", ("dq", "dk")),
+    ("delta_source", "o_recompute", ("dq", "dk")),
+    ("delta_source", "dp_p", ("dq", "dk")),
+    ("delta_precision", "bf16", ("dq", "dk")),
+    ("ds_precision", "fp32", ("dq", "dk")),
+]
+
+
+def outputs(spec: KernelSpec, qkv: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
+    fwd, bwd = run(*qkv, spec, causal=True)
+    return {
+        "o": fwd.o,
+        "o_fp32": fwd.o_fp32,
+        "lse": fwd.lse,
+        "dq": bwd.dq,
+        "dk": bwd.dk,
+        "dv": bwd.dv,
+    }
+
+
+@pytest.mark.parametrize(("field", "value", "changed"), SWITCHES)
+def test_every_switch_changes_what_it_rounds(make_qkv, field: str, value, changed) -> None:
+    qkv = make_qkv(1, 2, 64, 64, 32, BF16, seed=6)
+    base = outputs(PRESETS["fa2"], qkv)
+    flipped = outputs(PRESETS["fa2"].replace(**{field: value}), qkv)
+    for name in changed:
+        assert not torch.equal(base[name], flipped[name]), name
+    if field.startswith("delta") or field == "ds_precision":  # backward-only switches
+        assert torch.equal(base["o"], flipped["o"]) and torch.equal(base["dv"], flipped["dv"])
+
+
+def test_block_m_is_inert(make_qkv) -> None:
+    qkv = make_qkv(1, 2, 64, 64, 32, BF16, seed=6)
+    base = outputs(PRESETS["fa2"], qkv)
+    for block_m in (16, 128, None):
+        other = outputs(PRESETS["fa2"].replace(block_m=block_m), qkv)
+        assert all(torch.equal(base[name], other[name]) for name in base)
+
+
+# -- the stabilized softmax ------------------------------------------------------------------
+def tied_scores(sign: float, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unscaled scores [1,2,32,64] in which every key appears twice in a row (so every 16-wide
+    tile row has a tied maximum), all of one sign; and a bf16-valued V."""
+    gen = torch.Generator().manual_seed(seed)
+    base = sign * (1.0 + 4.0 * torch.rand(1, 2, 32, 32, generator=gen))
+    s_raw = base.repeat_interleave(2, dim=-1)
+    v = torch.randn(1, 2, 64, 32, generator=gen).to(BF16).float()
+    return s_raw, v
+
+
+def tied_forward(spec: KernelSpec, sign: float) -> ForwardResult:
+    s_raw, v = tied_scores(sign)
+    return online_softmax_forward(s_raw, v, spec, scale=1.0, causal=False, low_dtype=BF16)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+@pytest.mark.parametrize(("standard", "stabilized"), [("fa2", "sfa"), ("paper-code", "paper-sfa")])
+def test_stabilized_leaves_no_exact_ones(standard: str, stabilized: str, sign: float) -> None:
+    std = tied_forward(PRESETS[standard].replace(block_n=16), sign)
+    sfa = tied_forward(PRESETS[stabilized].replace(block_n=16), sign)
+    tiles = 64 // 16
+    assert (std.stats.tie_events == tiles).all() and (sfa.stats.tie_events == tiles).all()
+    assert std.stats.p_bar_ones.sum() >= 2 * 64  # the first tile alone gives two ones per row
+    assert sfa.stats.p_bar_ones.sum() == 0
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_stabilized_and_standard_compute_the_same_softmax(sign: float) -> None:
+    s_raw, v = tied_scores(sign)
+    p = torch.softmax(s_raw.double(), dim=-1)
+    gold_o, gold_lse = p @ v.double(), torch.logsumexp(s_raw.double(), dim=-1)
+    # fp32 P̄: the shift cancels exactly up to fp32 rounding.
+    fp32_p = {"p_bar_precision": "fp32", "block_n": 16}
+    std = tied_forward(make_spec("fa2", fp32_p), sign)
+    sfa = tied_forward(make_spec("sfa", fp32_p), sign)
+    assert rel_l2(sfa.o_fp32, std.o_fp32.double()) < 1e-6
+    assert rel_l2(sfa.lse, std.lse.double()) < 1e-6
+    # bf16 P̄: both are bf16-accurate softmaxes.
+    for preset in ("fa2", "sfa"):
+        fwd = tied_forward(PRESETS[preset].replace(block_n=16), sign)
+        assert rel_l2(fwd.o, gold_o) < 2.0**-8
+        assert rel_l2(fwd.lse, gold_lse) < 1e-6
+
+
+def test_running_max_rules() -> None:
+    spec = PRESETS["sfa"].replace(beta=3.0)
+    r = torch.tensor([3.0, -2.0, 0.0, 5.0, 4.0])
+    ties = torch.tensor([2, 2, 3, 1, 2], dtype=torch.int32)
+    m_old = torch.tensor([-math.inf, 1.0, -math.inf, 7.0, 20.0])
+    assert running_max(m_old, r, ties, spec).tolist() == [9.0, 1.0, 0.0, 7.0, 20.0]
+    assert running_max(m_old, r, ties, PRESETS["fa2"]).tolist() == [3.0, 1.0, 0.0, 7.0, 20.0]
+
+
+def test_tie_counting_uses_the_natural_units_tolerance() -> None:
+    spec = PRESETS["sfa"]  # tie_tolerance 1e-3 in natural units
+    x = torch.tensor([[2.0, 2.0 - 0.9e-3 * LOG2E, 2.0 - 1.1e-3 * LOG2E, -math.inf]])
+    keep = torch.tensor([[True, True, True, False]])
+    r, ties = tile_max_and_ties(x, keep, spec)
+    assert r.item() == 2.0 and ties.item() == 2
+    _, ties = tile_max_and_ties(torch.full((1, 4), -math.inf), torch.zeros(1, 4, dtype=bool), spec)
+    assert ties.item() == 0  # a fully masked tile row has no ties
+
+
+# -- the other switches ----------------------------------------------------------------------
+def test_fused_scale_max_entry_is_the_rounding_residual() -> None:
+    # x = s·scale·LOG2E ≈ 43.4 is inexact in fp32; its residual (~1e-6) moves exp2 off 1.0.
+    s_raw = torch.tensor([[[[100.3]]]])
+    v = torch.ones(1, 1, 1, 16)
+    spec = PRESETS["fp32"]
+    std = online_softmax_forward(s_raw, v, spec, scale=0.3, causal=False, low_dtype=BF16)
+    fused = online_softmax_forward(
+        s_raw, v, spec.replace(softmax="fused_scale"), scale=0.3, causal=False, low_dtype=BF16
+    )
+    assert std.stats.p_bar_ones.item() == 1 and fused.stats.p_bar_ones.item() == 0
+    bf16_p = spec.replace(softmax="fused_scale", p_bar_precision="bf16")
+    fused_bf16 = online_softmax_forward(s_raw, v, bf16_p, scale=0.3, causal=False, low_dtype=BF16)
+    assert fused_bf16.stats.p_bar_ones.item() == 1  # the residual is far below a bf16 ulp
+
+
+def test_bf16_accumulator_rounds_each_update() -> None:
+    """The paper's bias in one update: half a bf16 ulp rounds to even, a hair more rounds up."""
+    spec = PRESETS["paper-code"]
+    acc, l = torch.tensor([[1.0, 1.0]]), torch.tensor([1.0])  # noqa: E741
+    alpha, l_tile = torch.tensor([1.0]), torch.tensor([1e-3])
+    pv = torch.tensor([[2.0**-8, 2.0**-8 + 2.0**-12]])  # both bf16 values; ulp(1) = 2^-7
+    acc_bf16, l_bf16 = update(acc, l, alpha, pv, l_tile, spec, BF16)
+    acc_fp32, l_fp32 = update(acc, l, alpha, pv, l_tile, spec.replace(accumulator="fp32"), BF16)
+    assert acc_fp32.tolist() == [[1.0 + 2.0**-8, 1.0 + 2.0**-8 + 2.0**-12]]
+    assert l_fp32.item() == pytest.approx(1.001)
+    assert acc_bf16.tolist() == [[1.0, 1.0 + 2.0**-7]] and l_bf16.item() == 1.0
+
+
+def test_delta_sources_beat_the_rounded_output(make_qkv) -> None:
+    """δ from fp32 O, from a recomputed O, or from dP∘P is closer to the fp64 δ than δ from the
+    stored bf16 O (the paper's Cause 2 path), averaged over rows and seeds."""
+    errors: dict[str, float] = {}
+    for source in ("o_lowp", "o_fp32", "o_recompute", "dp_p"):
+        total = 0.0
+        for seed in range(3):
+            q, k, v, do = make_qkv(2, 2, 64, 64, 64, BF16, seed=seed)
+            spec = PRESETS["fa2"].replace(delta_source=source)
+            _, bwd = run(q, k, v, do, spec, causal=True)
+            gold = golden_backward(q, k, v, do, causal=True)
+            total += (bwd.delta.double() - gold.delta).abs().mean().item()
+        errors[source] = total
+    for source in ("o_fp32", "o_recompute", "dp_p"):
+        assert errors[source] < errors["o_lowp"], errors
+    assert errors["o_recompute"] < 0.1 * errors["o_lowp"], errors  # P unrounded: fp32-accurate
+
+
+def test_delta_o_fp32_needs_the_forward_o_fp32(make_qkv) -> None:
+    from flashprobe.errors import FlashprobeError
+
+    q, k, v, do = make_qkv(1, 1, 8, 8, 16, BF16)
+    fwd = emulate_forward(q, k, v, PRESETS["fp32"], causal=True)
+    with pytest.raises(FlashprobeError, match="o_fp32"):
+        emulate_backward(q, k, v, fwd.o, do, fwd.lse, PRESETS["fp32"], causal=True)
+
+
+# -- masking, stats and the synthetic-score entry point ------------------------------------------
+def test_masked_tiles_and_empty_rows_give_no_nan() -> None:
+    gen = torch.Generator().manual_seed(0)
+    s_raw = torch.randn(1, 1, 4, 48, generator=gen) * 3
+    s_raw[0, 0, 1, :16] = -math.inf  # first tile fully masked for row 1
+    s_raw[0, 0, 2, 16:] = -math.inf  # only the first tile visible for row 2
+    s_raw[0, 0, 3, :] = -math.inf  # nothing visible for row 3
+    v = torch.randn(1, 1, 48, 16, generator=gen).to(BF16).float()
+    spec = PRESETS["fp32"].replace(block_n=16)
+    for softmax in ("standard", "stabilized", "fused_scale"):
+        variant = spec.replace(softmax=softmax)
+        fwd = online_softmax_forward(
+            s_raw, v, variant, scale=1.0, causal=False, low_dtype=BF16, out_dtype=torch.float32
+        )
+        assert not fwd.o.isnan().any() and not fwd.lse.isnan().any()
+        p = torch.softmax(s_raw[..., :3, :].double(), dim=-1)
+        assert rel_l2(fwd.o[..., :3, :], p @ v.double()) < 2e-6
+        assert (fwd.o[0, 0, 3] == 0).all() and fwd.lse[0, 0, 3].item() == -math.inf
+
+
+def test_stats(make_qkv) -> None:
+    q, k, v, _ = make_qkv(2, 2, 40, 64, 16, BF16, seed=5)
+    fwd = emulate_forward(q, k, v, PRESETS["fa2"].replace(block_n=16), causal=True)
+    stats = fwd.stats
+    assert stats.lse is fwd.lse and stats.lse.dtype == torch.float32
+    assert stats.tie_events.dtype == torch.int32 and stats.p_bar_ones.dtype == torch.int32
+    assert stats.row_max.shape == (2, 2, 40)
+    s = (q.double() @ k.double().transpose(-2, -1)) / 4.0
+    s = s.masked_fill(torch.ones(40, 64, dtype=bool).triu(1), -math.inf)
+    torch.testing.assert_close(stats.row_max.double(), s.amax(-1), rtol=1e-6, atol=1e-6)
+    assert (stats.p_bar_ones >= 1).all() and (stats.tie_events >= 0).all()
+
+    # With fp32 P̄ and no ties, P̄ = exp2(0) = 1 exactly once per tile that raises the row max.
+    spec32 = PRESETS["fp32"].replace(block_n=16, tie_tolerance=0.0)  # exact ties only
+    fwd32 = emulate_forward(q.float(), k.float(), v.float(), spec32, causal=False)
+    s = (q.double() @ k.double().transpose(-2, -1)) / 4.0
+    tile_max = s.unflatten(-1, (4, 16)).amax(-1)  # 64 keys: four tiles of 16
+    raises = tile_max >= tile_max.cummax(-1).values
+    assert torch.equal(fwd32.stats.p_bar_ones, raises.sum(-1).to(torch.int32))
+    assert (fwd32.stats.tie_events == 0).all()
+
+
+def test_online_softmax_forward_is_the_core_of_emulate_forward(make_qkv) -> None:
+    q, k, v, _ = make_qkv(1, 2, 30, 50, 32, BF16, seed=4)
+    spec = PRESETS["paper-sfa"].replace(block_n=16)
+    fwd = emulate_forward(q, k, v, spec, causal=False, scale=0.2)
+    s_raw = q.float() @ k.float().transpose(-2, -1)
+    core = online_softmax_forward(s_raw, v.float(), spec, scale=0.2, causal=False, low_dtype=BF16)
+    assert core.o.dtype == BF16
+    assert torch.equal(core.o, fwd.o) and torch.equal(core.lse, fwd.lse)
+    assert torch.equal(core.stats.tie_events, fwd.stats.tie_events)
+
+
+@pytest.mark.gpu
+def test_emulator_on_cuda_is_ieee_fp32(make_qkv) -> None:
+    """Same code on CUDA; with TF32 the fp32 preset would be ~1e-3 off instead of ~1e-7."""
+    if not torch.cuda.is_available():
+        pytest.fail("the gpu marker needs a CUDA device")
+    q, k, v, do = make_qkv(2, 2, 130, 130, 64, torch.float32, seed=7, device="cuda")
+    fwd, bwd = run(q, k, v, do, PRESETS["fp32"], causal=True)
+    gold = golden_forward(q, k, v, causal=True)
+    grads = golden_backward(q, k, v, do, causal=True)
+    for got, want in [(fwd.o, gold.o), (bwd.dq, grads.dq), (bwd.dk, grads.dk), (bwd.dv, grads.dv)]:
+        assert got.is_cuda and rel_l2(got, want) < 2e-6
+    qb, kb, vb, dob = (t.to(BF16) for t in (q, k, v, do))
+    cpu = run(*(t.cpu() for t in (qb, kb, vb, dob)), PRESETS["fa2"], causal=True)
+    gpu = run(qb, kb, vb, dob, PRESETS["fa2"], causal=True)
+    assert rel_l2(gpu[0].o.cpu(), cpu[0].o.double()) < 2.0**-8
+    assert rel_l2(gpu[1].dq.cpu(), cpu[1].dq.double()) < 2.0**-7
