@@ -1,0 +1,47 @@
+"""Open the token stream a `DataConfig` names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from flashprobe.data.config import DataConfig
+from flashprobe.data.stdlib_corpus import BYTE_VOCAB, stdlib_corpus
+from flashprobe.data.token_files import open_token_file, token_folder_vocab
+from flashprobe.errors import FlashprobeError
+
+
+@dataclass(frozen=True)
+class TokenDataset:
+    train: np.ndarray
+    val: np.ndarray
+    vocab_size: int
+    description: str
+    digest: str | None = None  # content hash where cheap to compute (stdlib corpus)
+
+
+def open_dataset(config: DataConfig) -> TokenDataset:
+    if config.source == "stdlib":
+        corpus = stdlib_corpus(config.val_fraction, config.max_bytes)
+        if config.vocab_size is not None and config.vocab_size < BYTE_VOCAB:
+            raise FlashprobeError(
+                f"data.vocab_size must be >= {BYTE_VOCAB} for byte tokens, got {config.vocab_size}"
+            )
+        return TokenDataset(
+            corpus.train,
+            corpus.val,
+            config.vocab_size or BYTE_VOCAB,
+            corpus.description,
+            corpus.digest,
+        )
+    folder = Path(config.path or "")
+    if not folder.is_dir():
+        raise FlashprobeError(f"data folder not found: {folder}")
+    train = open_token_file(folder / "train.bin")
+    val = open_token_file(folder / "val.bin")
+    vocab = token_folder_vocab(folder, config.vocab_size)
+    return TokenDataset(
+        train, val, vocab, f"{folder}: {len(train):,} train + {len(val):,} val tokens (uint16)"
+    )

@@ -1,0 +1,151 @@
+"""Causal self-attention whose heads may each use a different attention implementation.
+
+Per-head choices are implemented by splitting the heads into groups that share one
+`AttentionConfig` (see `ModelConfig.head_groups`), running each group's attention on its slice of
+Q, K, V, and concatenating the outputs back into head order. Each head's attention is
+independent of the others, so this is exact; it costs one gather per group when a layer is split.
+
+Precision: the ``flashprobe`` kernels decide their own rounding (docs/semantics.md), so they run
+with autocast turned off and get inputs cast to the autocast dtype (bf16): exactly the tensors a
+fused kernel would see. ``math`` upcasts to fp32; ``sdpa`` runs in whatever dtype autocast gives.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from flashprobe.model.config import AttentionConfig, HeadGroup
+from flashprobe.model.instrument import AttentionRecorder, LayerStats
+
+AttentionFn = Callable[..., Any]
+
+
+def flashprobe_attention() -> AttentionFn:
+    """`flashprobe.attention`, imported on first use (tests may replace this function)."""
+    from flashprobe.api import attention
+
+    return attention
+
+
+class GroupResult:
+    """One head group's output, plus its log-sum-exp and per-head stats when asked for."""
+
+    __slots__ = ("lse", "o", "stats")
+
+    def __init__(self, o: torch.Tensor, lse: torch.Tensor | None, stats: LayerStats | None) -> None:
+        self.o, self.lse, self.stats = o, lse, stats
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(
+        self, n_embd: int, n_head: int, groups: tuple[HeadGroup, ...], layer: int, bias: bool
+    ) -> None:
+        super().__init__()
+        self.n_head, self.n_embd, self.layer = n_head, n_embd, layer
+        self.groups = groups
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)
+        self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
+        self.recorder: AttentionRecorder | None = None  # set by GPT.instrument()
+        order = [h for g in groups for h in g.heads]
+        # Position of head h in the concatenated group outputs (identity for one group).
+        self.register_buffer("_unsplit", torch.argsort(torch.tensor(order)), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        rec = self.recorder
+        want_stats = rec is not None and rec.collect_stats
+        capture = rec is not None and rec.wants_capture(self.layer)
+
+        results = [
+            _run_group(g, q, k, v, want_stats=want_stats, want_lse=capture) for g in self.groups
+        ]
+        o = self._unsplit_heads([r.o for r in results])
+        if rec is not None:
+            if want_stats:
+                rec.add_stats(
+                    self.layer, LayerStats.concat([r.stats for r in results], self._unsplit)
+                )  # type: ignore[misc]
+            if capture:
+                lse = self._unsplit_heads([r.lse for r in results])  # type: ignore[misc]
+                rec.capture(self.layer, q=q, k=k, v=v, o=o, lse=lse)
+        y = o.transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+    def _unsplit_heads(self, parts: list[torch.Tensor]) -> torch.Tensor:
+        if len(parts) == 1:
+            return parts[0]
+        return torch.cat(parts, dim=1).index_select(1, self._unsplit)
+
+
+def _run_group(
+    group: HeadGroup,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    want_stats: bool,
+    want_lse: bool,
+) -> GroupResult:
+    if group.heads != tuple(range(q.shape[1])):
+        index = torch.tensor(group.heads, device=q.device)
+        q, k, v = (t.index_select(1, index) for t in (q, k, v))
+    config = group.attention
+    if config.impl == "flashprobe":
+        return _flashprobe(config, q, k, v, want_stats=want_stats or want_lse)
+    if config.impl == "math":
+        o = _math_attention(q, k, v)
+    else:
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    if not (want_stats or want_lse):
+        return GroupResult(o, None, None)
+    lse, row_max = _scores_summary(q, k)
+    return GroupResult(o, lse, LayerStats.from_rows(row_max, None, None))
+
+
+def _flashprobe(
+    config: AttentionConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, want_stats: bool
+) -> GroupResult:
+    device = q.device.type
+    low = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+    with torch.autocast(device, enabled=False):
+        if low is not None:
+            q, k, v = q.to(low), k.to(low), v.to(low)
+        out = flashprobe_attention()(
+            q, k, v, causal=True, spec=config.spec, backend=config.backend, return_stats=want_stats
+        )
+    if not want_stats:
+        return GroupResult(out, None, None)
+    o, stats = out
+    return GroupResult(
+        o, stats.lse, LayerStats.from_rows(stats.row_max, stats.tie_events, stats.p_bar_ones)
+    )
+
+
+def _math_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Standard attention in fp32 (materialised scores, no tiling, no low-precision step)."""
+    with torch.autocast(q.device.type, enabled=False):
+        q, k, v = q.float(), k.float(), v.float()
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+        scores = scores.masked_fill(_causal_mask(q.shape[-2], q.device), float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v
+
+
+@torch.no_grad()
+def _scores_summary(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 log-sum-exp and row max of the scaled causal scores (for sdpa/math instrumentation)."""
+    with torch.autocast(q.device.type, enabled=False):
+        scores = (q.float() @ k.float().transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+        scores = scores.masked_fill(_causal_mask(q.shape[-2], q.device), float("-inf"))
+        return torch.logsumexp(scores, dim=-1), scores.amax(dim=-1)
+
+
+def _causal_mask(n: int, device: torch.device) -> torch.Tensor:
+    return torch.ones(n, n, dtype=torch.bool, device=device).triu(1)

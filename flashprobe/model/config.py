@@ -1,0 +1,320 @@
+"""Model configuration (GPT shape and which attention each layer and head uses).
+
+Also home of the small dict → frozen-dataclass machinery that every flashprobe config class uses
+(`build_config`, `check_fields`): YAML gives plain mappings, the dataclasses validate them and
+reject unknown keys with one-line `FlashprobeError`s that name the key.
+
+Attention choice, one per group of heads:
+- ``flashprobe``: `flashprobe.attention` with a KernelSpec and a backend (emulator/Triton);
+- ``sdpa``: `torch.nn.functional.scaled_dot_product_attention` in the ambient dtype (baselines,
+  throughput);
+- ``math``: standard attention computed in fp32 whatever the autocast dtype (the paper's
+  "standard attention" control).
+
+Overrides cascade: global `attention` → `layers[i]` → `layers[i].heads[h]`. An override mapping
+changes only the keys it names; its `spec` is a preset name, a mapping with `preset` (a fresh
+spec), or a mapping of fields applied on top of the parent's spec. Layers and heads are 0-based,
+so the paper's "layer 2" is layer 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal, TypeVar, get_args, get_origin
+
+from flashprobe.errors import FlashprobeError
+from flashprobe.spec import KernelSpec, make_spec, resolve_spec
+
+AttentionImpl = Literal["flashprobe", "sdpa", "math"]
+Backend = Literal["auto", "emulator", "triton"]
+
+C = TypeVar("C")
+
+
+# -- dict → dataclass helpers --------------------------------------------------------------------
+def build_config(cls: type[C], data: Any, section: str) -> C:
+    """An instance of the config dataclass `cls` from a mapping (or an instance, or None)."""
+    if data is None:
+        return cls()
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, Mapping):
+        raise FlashprobeError(f"{section} must be a mapping, got {_short(data)}")
+    known = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    for key in data:
+        if key not in known:
+            raise FlashprobeError(f"unknown key {section}.{key}; known keys: {', '.join(known)}")
+    return cls(**data)
+
+
+def check_fields(obj: Any, section: str) -> None:
+    """Check and normalise every annotated field of a frozen dataclass in place.
+
+    Handles bool, int, float (ints accepted), str, Literal, `X | None` and `tuple[X, ...]`
+    (lists accepted); other annotations are left to the class's own checks.
+    """
+    hints = typing.get_type_hints(type(obj))
+    for field in dataclasses.fields(obj):
+        value = getattr(obj, field.name)
+        fixed = _coerce(hints[field.name], value, f"{section}.{field.name}")
+        if fixed is not value:
+            object.__setattr__(obj, field.name, fixed)
+
+
+def _coerce(hint: Any, value: Any, where: str) -> Any:
+    origin, args = get_origin(hint), get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1:
+            return _coerce(inner[0], value, where)
+        return value
+    if origin is Literal:
+        if value not in args:
+            raise FlashprobeError(
+                f"{where} must be one of {', '.join(map(str, args))}, got {_short(value)}"
+            )
+        return value
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise FlashprobeError(f"{where} must be a list, got {_short(value)}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(args[0], v, where) for v in value)
+        if len(value) != len(args):
+            raise FlashprobeError(f"{where} must have {len(args)} entries, got {_short(value)}")
+        return tuple(_coerce(a, v, where) for a, v in zip(args, value, strict=True))
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise FlashprobeError(f"{where} must be true or false, got {_short(value)}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise FlashprobeError(f"{where} must be an integer, got {_short(value)}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise FlashprobeError(f"{where} must be a number, got {_short(value)}")
+        if not math.isfinite(value):
+            raise FlashprobeError(f"{where} must be finite, got {value}")
+        return float(value) if isinstance(value, int) else value
+    if hint is str:
+        if not isinstance(value, str):
+            raise FlashprobeError(f"{where} must be a string, got {_short(value)}")
+        return value
+    return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value).replace("\n", " ")
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def require(condition: bool, message: str) -> None:
+    if not condition:
+        raise FlashprobeError(message)
+
+
+def config_to_dict(obj: Any) -> Any:
+    """Plain JSON/YAML-ready data from a config (KernelSpecs become their field mapping)."""
+    if isinstance(obj, KernelSpec):
+        return obj.to_dict()
+    if hasattr(obj, "to_dict") and not isinstance(obj, type):
+        return obj.to_dict()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: config_to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, tuple | list):
+        return [config_to_dict(v) for v in obj]
+    if isinstance(obj, Mapping):
+        return {k: config_to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+# -- attention choice ----------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class AttentionConfig:
+    """How one group of heads computes attention."""
+
+    impl: AttentionImpl = "flashprobe"
+    spec: KernelSpec = dataclasses.field(default_factory=KernelSpec)
+    backend: Backend = "auto"
+
+    SECTION: ClassVar[str] = "model.attention"
+
+    def __post_init__(self) -> None:
+        check_fields(self, self.SECTION)
+        try:
+            object.__setattr__(self, "spec", resolve_spec(self.spec))
+        except FlashprobeError as exc:
+            raise FlashprobeError(f"{self.SECTION}.spec: {exc}") from None
+
+    def label(self) -> str:
+        if self.impl != "flashprobe":
+            return self.impl
+        return f"flashprobe[{self.spec.describe()}]"
+
+    def override(self, data: Any, section: str) -> AttentionConfig:
+        """This config with the keys named in `data` changed (spec fields merge, see module doc)."""
+        if data is None:
+            return self
+        if not isinstance(data, Mapping):
+            raise FlashprobeError(f"{section} must be a mapping, got {_short(data)}")
+        fields = {"impl": self.impl, "spec": self.spec, "backend": self.backend}
+        for key, value in data.items():
+            if key not in fields:
+                raise FlashprobeError(
+                    f"unknown key {section}.{key}; known keys: impl, spec, backend"
+                )
+            fields[key] = value
+        raw_spec = data.get("spec")
+        try:
+            if isinstance(raw_spec, Mapping) and "preset" not in raw_spec:
+                fields["spec"] = make_spec(self.spec, raw_spec)
+            elif raw_spec is not None:
+                fields["spec"] = resolve_spec(raw_spec)
+        except FlashprobeError as exc:
+            raise FlashprobeError(f"{section}.spec: {exc}") from None
+        return _with_section(section, fields)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"impl": self.impl, "spec": self.spec.to_dict(), "backend": self.backend}
+
+
+def _with_section(section: str, fields: dict[str, Any]) -> AttentionConfig:
+    # Errors raised while validating an override should name the override's own path.
+    try:
+        return AttentionConfig(**fields)
+    except FlashprobeError as exc:
+        message = str(exc)
+        if message.startswith(AttentionConfig.SECTION + "."):
+            message = section + message[len(AttentionConfig.SECTION) :]
+        raise FlashprobeError(message) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadGroup:
+    """Heads of one layer that share one attention config (head indices ascending)."""
+
+    heads: tuple[int, ...]
+    attention: AttentionConfig
+
+
+# -- model ---------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """nanoGPT-style GPT-2. vocab_size None takes the dataset's vocabulary."""
+
+    n_layer: int = 6
+    n_head: int = 6
+    n_embd: int = 384
+    block_size: int = 1024
+    vocab_size: int | None = None
+    bias: bool = False
+    dropout: float = 0.0
+    attention: AttentionConfig = dataclasses.field(default_factory=AttentionConfig)
+    #: Per-layer overrides, as given: {layer: {impl?, spec?, backend?, heads?: {head: {...}}}}.
+    layers: Mapping[int, Any] = dataclasses.field(default_factory=dict)
+
+    SECTION: ClassVar[str] = "model"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> ModelConfig:
+        return build_config(cls, data, cls.SECTION)
+
+    def __post_init__(self) -> None:
+        check_fields(self, self.SECTION)
+        for name in ("n_layer", "n_head", "n_embd", "block_size"):
+            require(getattr(self, name) >= 1, f"model.{name} must be >= 1")
+        require(
+            self.n_embd % self.n_head == 0,
+            f"model.n_embd ({self.n_embd}) must be a multiple of model.n_head ({self.n_head})",
+        )
+        require(self.vocab_size is None or self.vocab_size >= 2, "model.vocab_size must be >= 2")
+        require(0.0 <= self.dropout < 1.0, f"model.dropout must be in [0, 1), got {self.dropout}")
+        attention = self.attention
+        if isinstance(attention, str):  # shorthand: a preset name or an impl name
+            attention = (
+                {"impl": attention} if attention in ("sdpa", "math") else {"spec": attention}
+            )
+        if not isinstance(attention, AttentionConfig):
+            attention = AttentionConfig().override(attention, "model.attention")
+        object.__setattr__(self, "attention", attention)
+        if not isinstance(self.layers, Mapping):
+            raise FlashprobeError(f"model.layers must be a mapping, got {_short(self.layers)}")
+        normalised = {}
+        for key, value in self.layers.items():
+            layer = _index(key, self.n_layer, "model.layers", "layer")
+            normalised[layer] = value
+        object.__setattr__(self, "layers", normalised)
+        groups = tuple(self._resolve_layer(i) for i in range(self.n_layer))
+        object.__setattr__(self, "_groups", groups)
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    def with_vocab(self, vocab_size: int) -> ModelConfig:
+        return dataclasses.replace(self, vocab_size=vocab_size)
+
+    def head_groups(self, layer: int) -> tuple[HeadGroup, ...]:
+        """The resolved attention of `layer`: head groups in order of their first head."""
+        return self._groups[layer]  # type: ignore[attr-defined]
+
+    def _resolve_layer(self, layer: int) -> tuple[HeadGroup, ...]:
+        section = f"model.layers.{layer}"
+        data = self.layers.get(layer)
+        base = self.attention
+        heads_data: Any = None
+        if data is not None:
+            if not isinstance(data, Mapping):
+                raise FlashprobeError(f"{section} must be a mapping, got {_short(data)}")
+            data = dict(data)
+            heads_data = data.pop("heads", None)
+            base = base.override(data, section)
+        per_head = [base] * self.n_head
+        if heads_data is not None:
+            if not isinstance(heads_data, Mapping):
+                raise FlashprobeError(f"{section}.heads must be a mapping of head → settings")
+            for key, value in heads_data.items():
+                head = _index(key, self.n_head, f"{section}.heads", "head")
+                per_head[head] = base.override(value, f"{section}.heads.{head}")
+        groups: dict[AttentionConfig, list[int]] = {}
+        for head, config in enumerate(per_head):
+            groups.setdefault(config, []).append(head)
+        return tuple(HeadGroup(tuple(h), c) for c, h in groups.items())
+
+    def describe_attention(self) -> list[str]:
+        """One line per layer: which attention each head group uses."""
+        lines = []
+        for layer in range(self.n_layer):
+            groups = self.head_groups(layer)
+            if len(groups) == 1:
+                lines.append(f"layer {layer}: {groups[0].attention.label()}")
+            else:
+                parts = [f"heads {list(g.heads)}: {g.attention.label()}" for g in groups]
+                lines.append(f"layer {layer}: " + "; ".join(parts))
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in ("attention", "layers")
+        }
+        out["attention"] = self.attention.to_dict()
+        out["layers"] = {str(k): config_to_dict(v) for k, v in self.layers.items()}
+        return out
+
+
+def _index(key: Any, count: int, section: str, what: str) -> int:
+    try:
+        index = int(key)  # YAML may give "1" when keys are quoted
+    except (TypeError, ValueError):
+        raise FlashprobeError(f"{section}: {what} index must be an integer, got {key!r}") from None
+    if not 0 <= index < count:
+        raise FlashprobeError(f"{section}: {what} {index} out of range 0..{count - 1}")
+    return index

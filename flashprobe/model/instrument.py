@@ -1,0 +1,116 @@
+"""What attention layers report when the model is instrumented.
+
+`AttentionRecorder` is attached to every attention layer by `GPT.instrument()`. Layers give it
+per-head statistics (reduced from `AttentionStats` rows) and, for the layers asked for, the
+tensors Q, K, V, O, LSE (forward) and dO (a tensor hook on O, filled during backward).
+Statistics accumulate over every forward inside the context (micro-batches); captured tensors
+come from the first forward only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class LayerStats:
+    """Per-head attention statistics of one layer (float64 on CPU, shape [n_head]).
+
+    max_logit: largest scaled attention score seen (natural units).
+    tie_events: number of (row, key tile) pairs with a tied maximum (flashprobe kernels only).
+    p_bar_ones: number of P̄ entries exactly 1 (flashprobe kernels only).
+    NaN marks a quantity the head's attention implementation does not measure.
+    """
+
+    max_logit: torch.Tensor
+    tie_events: torch.Tensor
+    p_bar_ones: torch.Tensor
+
+    @classmethod
+    def from_rows(
+        cls,
+        row_max: torch.Tensor,
+        tie_events: torch.Tensor | None,
+        p_bar_ones: torch.Tensor | None,
+    ) -> LayerStats:
+        """Reduce batch × heads × rows tensors to one value per head."""
+        heads = row_max.shape[1]
+        nan = torch.full((heads,), float("nan"), dtype=torch.float64)
+
+        def total(t: torch.Tensor | None) -> torch.Tensor:
+            return nan if t is None else t.detach().double().sum(dim=(0, 2)).cpu()
+
+        max_logit = row_max.detach().double().amax(dim=(0, 2)).cpu()
+        return cls(max_logit, total(tie_events), total(p_bar_ones))
+
+    @classmethod
+    def concat(cls, parts: list[LayerStats], unsplit: torch.Tensor) -> LayerStats:
+        """Join head groups' stats and put the heads back in order."""
+        if len(parts) == 1:
+            return parts[0]
+        index = unsplit.cpu()
+        return cls(
+            *(
+                torch.cat([getattr(p, name) for p in parts]).index_select(0, index)
+                for name in ("max_logit", "tie_events", "p_bar_ones")
+            )
+        )
+
+    def merge(self, other: LayerStats) -> LayerStats:
+        return LayerStats(
+            torch.maximum(self.max_logit, other.max_logit),
+            self.tie_events + other.tie_events,
+            self.p_bar_ones + other.p_bar_ones,
+        )
+
+    def to_dict(self) -> dict[str, list[float | None]]:
+        """JSON-ready per-head lists (NaN → None)."""
+
+        def clean(t: torch.Tensor) -> list[float | None]:
+            return [None if v != v else float(v) for v in t.tolist()]
+
+        return {
+            "max_logit": clean(self.max_logit),
+            "tie_events": clean(self.tie_events),
+            "p_bar_ones": clean(self.p_bar_ones),
+        }
+
+
+class AttentionRecorder:
+    """Collects per-layer stats and captured tensors while attached to a model."""
+
+    def __init__(self, *, collect_stats: bool, capture_layers: Iterable[int] = ()) -> None:
+        self.collect_stats = collect_stats
+        self.capture_layers = frozenset(capture_layers)
+        self.stats: dict[int, LayerStats] = {}
+        #: "layer{i}.{q,k,v,o,lse,do}" → CPU tensor (q/k/v/o/do: batch × heads × seq × head_dim).
+        self.tensors: dict[str, torch.Tensor] = {}
+
+    def wants_capture(self, layer: int) -> bool:
+        return layer in self.capture_layers and f"layer{layer}.q" not in self.tensors
+
+    def add_stats(self, layer: int, stats: LayerStats) -> None:
+        previous = self.stats.get(layer)
+        self.stats[layer] = stats if previous is None else previous.merge(stats)
+
+    def capture(self, layer: int, **tensors: torch.Tensor) -> None:
+        for name, tensor in tensors.items():
+            self.tensors[f"layer{layer}.{name}"] = _to_cpu(tensor)
+        o = tensors["o"]
+        if o.requires_grad:
+            key = f"layer{layer}.do"
+
+            def keep_grad(grad: torch.Tensor) -> None:
+                self.tensors[key] = _to_cpu(grad)
+
+            o.register_hook(keep_grad)
+
+    def stats_dict(self) -> dict[str, dict[str, list[float | None]]]:
+        return {str(layer): s.to_dict() for layer, s in sorted(self.stats.items())}
+
+
+def _to_cpu(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().to("cpu", copy=True).contiguous()

@@ -1,0 +1,154 @@
+"""Checkpoints that load without executing code: safetensors for tensors, JSON for the rest.
+
+Layout of one checkpoint folder (`checkpoints/step_0001000/`, the step count completed):
+  model.safetensors      model weights (fp32 master weights; the tied LM head stored once)
+  optimizer.safetensors  every tensor of the optimizer state ("state.<param index>.<name>")
+  state.json             step, seed, config, optimizer groups and scalars, run-loop state
+The folder is written under a temporary name and renamed into place, then `checkpoints/latest`
+is replaced atomically, so a crash never leaves a half checkpoint that `latest` points to.
+The RNG needs no saving: the loop reseeds torch from (seed, step) at every step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, load_model, save_file, save_model
+
+from flashprobe.errors import FlashprobeError
+from flashprobe.reporting.atomic import write_text_atomic
+
+CHECKPOINT_DIR = "checkpoints"
+LATEST = "latest"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    path: Path
+    step: int
+    state: dict[str, Any]  # the parsed state.json
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step_{step:07d}"
+
+
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    extra: dict[str, Any],
+    keep: int | None = None,
+) -> Path:
+    """Write checkpoint `step` of a run; returns its folder."""
+    root = run_dir / CHECKPOINT_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / checkpoint_name(step)
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}.", suffix=".tmp"))
+    try:
+        save_model(model, str(tmp / "model.safetensors"))
+        tensors, optimizer_meta = _split_optimizer_state(optimizer.state_dict())
+        save_file(tensors, str(tmp / "optimizer.safetensors"))
+        state = {"step": step, "optimizer": optimizer_meta, **extra}
+        (tmp / "state.json").write_text(json.dumps(state, indent=1, allow_nan=False))
+        if final.exists():  # rewriting the same step (a resumed run); replace it whole
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    write_text_atomic(root / LATEST, final.name + "\n")
+    if keep is not None:
+        _prune(root, keep)
+    return final
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    pointer = run_dir / CHECKPOINT_DIR / LATEST
+    if not pointer.is_file():
+        return None
+    path = run_dir / CHECKPOINT_DIR / pointer.read_text().strip()
+    return path if path.is_dir() else None
+
+
+def find_checkpoint(path: Path) -> Path:
+    """A checkpoint folder from itself, a run folder (its latest) or a checkpoints folder."""
+    if (path / "state.json").is_file():
+        return path
+    run_dir = path.parent if path.name == CHECKPOINT_DIR else path
+    found = latest_checkpoint(run_dir)
+    if found is not None:
+        return found
+    raise FlashprobeError(f"no checkpoint found at {path}")
+
+
+def read_checkpoint(path: Path) -> Checkpoint:
+    path = find_checkpoint(path)
+    try:
+        state = json.loads((path / "state.json").read_text())
+    except (OSError, ValueError):
+        raise FlashprobeError(f"unreadable checkpoint state: {path / 'state.json'}") from None
+    return Checkpoint(path, int(state["step"]), state)
+
+
+def load_weights(checkpoint: Checkpoint, model: torch.nn.Module) -> None:
+    device = next(model.parameters()).device
+    try:
+        missing, unexpected = load_model(
+            model, str(checkpoint.path / "model.safetensors"), strict=False, device=str(device)
+        )
+    except RuntimeError as exc:  # shape mismatch: a different model config
+        first = str(exc).strip().splitlines()[-1].strip()
+        raise FlashprobeError(f"{checkpoint.path} does not fit this model: {first}") from None
+    if missing or unexpected:
+        name = (sorted(missing) or sorted(unexpected))[0]
+        raise FlashprobeError(f"{checkpoint.path} does not fit this model (parameter {name})")
+
+
+def load_optimizer(checkpoint: Checkpoint, optimizer: torch.optim.Optimizer) -> None:
+    tensors = load_file(str(checkpoint.path / "optimizer.safetensors"))
+    state_dict = _join_optimizer_state(tensors, checkpoint.state["optimizer"])
+    try:
+        optimizer.load_state_dict(state_dict)
+    except (ValueError, KeyError) as exc:
+        raise FlashprobeError(f"{checkpoint.path}: optimizer state does not fit: {exc}") from None
+
+
+def _split_optimizer_state(state_dict: dict[str, Any]) -> tuple[dict[str, torch.Tensor], Any]:
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict[str, Any]] = {}
+    for index, entries in state_dict["state"].items():
+        for name, value in entries.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"state.{index}.{name}"] = value.detach().to("cpu").contiguous()
+            else:
+                scalars.setdefault(str(index), {})[name] = value
+    return tensors, {"param_groups": state_dict["param_groups"], "scalars": scalars}
+
+
+def _join_optimizer_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict:
+    state: dict[int, dict[str, Any]] = {}
+    for key, tensor in tensors.items():
+        _, index, name = key.split(".", 2)
+        state.setdefault(int(index), {})[name] = tensor
+    for index, entries in meta["scalars"].items():
+        state.setdefault(int(index), {}).update(entries)
+    groups = [
+        {k: tuple(v) if k == "betas" else v for k, v in group.items()}
+        for group in meta["param_groups"]
+    ]
+    return {"state": state, "param_groups": groups}
+
+
+def _prune(root: Path, keep: int) -> None:
+    done = sorted(p for p in root.glob("step_*") if p.is_dir())
+    for old in done[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)

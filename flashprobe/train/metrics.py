@@ -1,0 +1,76 @@
+"""Per-step metrics: spectral norms of W_Q / W_K, and the JSONL log they are written to."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from flashprobe.model.gpt import GPT
+from flashprobe.reporting.atomic import write_text_atomic
+
+
+@torch.no_grad()
+def qk_spectral_norms(model: GPT) -> dict[str, list[Any]]:
+    """Largest singular values of W_Q and W_K: per layer, and per layer and head.
+
+    A head's block is its head_dim output rows of the n_embd × n_embd matrix (the rows that
+    produce that head's q or k), as in the paper's Fig. 3.
+    """
+    heads, head_dim = model.config.n_head, model.config.head_dim
+    out: dict[str, list[Any]] = {"wq": [], "wk": [], "wq_heads": [], "wk_heads": []}
+    for layer in range(model.config.n_layer):
+        for name, weight in zip(("wq", "wk"), model.qk_weights(layer), strict=True):
+            w = weight.detach().float()
+            out[name].append(float(torch.linalg.matrix_norm(w, ord=2)))
+            per_head = torch.linalg.matrix_norm(w.view(heads, head_dim, -1), ord=2)
+            out[f"{name}_heads"].append([float(x) for x in per_head])
+    return out
+
+
+def json_safe(value: Any) -> Any:
+    """NaN/Inf → None so every line is strict JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
+class JsonlLog:
+    """Append-only JSONL, one record per line, flushed per line (readable while running)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._handle = path.open("a", encoding="utf-8")
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._handle.write(json.dumps(json_safe(record), allow_nan=False) + "\n")
+        self._handle.flush()
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def truncate_jsonl(path: Path, before_step: int) -> None:
+    """Keep only records with step < before_step (a resumed run redoes the rest)."""
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if json.loads(line)["step"] < before_step:
+                kept.append(line)
+        except (ValueError, KeyError, TypeError):
+            break  # a torn last line from a crash
+    write_text_atomic(path, "".join(line + "\n" for line in kept))
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]

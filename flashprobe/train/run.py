@@ -1,0 +1,431 @@
+"""`train_run`: train one GPT under one config, with metrics, divergence stops and checkpoints.
+
+A run folder holds:
+  config.json        the resolved config (+ the attention each layer uses, data description)
+  metrics.jsonl      one record per logged step (see MetricsConfig)
+  data_order.jsonl   the global batch's sample offsets of every step (data.record_offsets)
+  checkpoints/       step_<n>/ folders and `latest` (see flashprobe.train.checkpoint)
+  captures/          step_<t>.safetensors with Q, K, V, O, LSE, dO of the captured layers
+  summary.json       the RunSummary
+
+Step t (0-based) reads the batch `BatchSampler(seed).offsets(t)` and reseeds torch from
+(seed, t, rank), so resuming or branching from a checkpoint replays exactly what an
+uninterrupted run would do. Validation loss and spectral norms of step t are measured after
+its update; its attention stats and captures come from its own forward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+from torch.nn.parallel import DistributedDataParallel
+
+from flashprobe.data.dataset import TokenDataset, open_dataset
+from flashprobe.data.sampler import BatchSampler, batch_at, rank_share
+from flashprobe.errors import FlashprobeError
+from flashprobe.model.gpt import GPT
+from flashprobe.reporting.atomic import write_text_atomic
+from flashprobe.train.checkpoint import (
+    Checkpoint,
+    latest_checkpoint,
+    load_optimizer,
+    load_weights,
+    read_checkpoint,
+    save_checkpoint,
+)
+from flashprobe.train.config import TrainConfig
+from flashprobe.train.distributed import Distributed, setup_distributed
+from flashprobe.train.divergence import Divergence, DivergenceMonitor
+from flashprobe.train.evaluate import validation_loss
+from flashprobe.train.metrics import JsonlLog, qk_spectral_norms, truncate_jsonl
+from flashprobe.train.optim import build_optimizer
+from flashprobe.train.precision import autocast_context
+from flashprobe.train.schedule import lr_at
+
+Progress = Callable[[dict[str, Any]], None]
+
+#: Config keys a resumed run may change (everything else must match the run's config.json).
+RESUMABLE_KEYS = frozenset(
+    {
+        "train.steps",
+        "train.checkpoint_every",
+        "train.checkpoint_final",
+        "train.keep_checkpoints",
+        "divergence.stop",
+    }
+)
+#: A record holding only these is skipped between log_every steps; any other key forces a write.
+EVERY_STEP_KEYS = frozenset({"step", "loss", "grad_norm", "lr", "tokens_per_s", "time_s"})
+_TORCH_STREAM = 0x70C4  # the per-step torch seed stream, independent of the data stream
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSummary:
+    out_dir: str
+    steps_done: int
+    final_loss: float | None
+    min_loss: float | None
+    final_val_loss: float | None
+    diverged: bool
+    diverged_step: int | None
+    divergence_rule: str | None
+    tokens_per_s: float
+    wall_time_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class RunState:
+    """What the loop carries from step to step (saved in checkpoints)."""
+
+    step: int = 0  # optimizer steps completed
+    last_loss: float | None = None
+    min_loss: float | None = None
+    last_val_loss: float | None = None
+    train_time_s: float = 0.0  # forward/backward/update time only
+    wall_time_s: float = 0.0
+    tokens: int = 0
+
+
+def train_run(
+    config: TrainConfig | dict[str, Any],
+    out_dir: Path,
+    *,
+    resume: bool = False,
+    start_from: Path | None = None,
+    progress: Progress | None = None,
+) -> RunSummary:
+    """Train (or resume, or branch from a baseline checkpoint) one run into `out_dir`.
+
+    resume: continue from out_dir's latest checkpoint (start fresh when it has none).
+    start_from: a checkpoint (or a run folder: its latest) of another run with the same model
+        shape, optimizer, seed and batch size, to branch from: this run continues from that
+        step with its own config (e.g. another attention kernel) on the identical data order.
+    progress: called on rank 0 with every step's metrics record.
+    """
+    if not isinstance(config, TrainConfig):
+        config = TrainConfig.from_dict(config)
+    if resume and start_from is not None:
+        raise FlashprobeError("pass either resume or start_from, not both")
+    out_dir = Path(out_dir)
+    dist = setup_distributed(config.train.device)
+    try:
+        return _Run(config, out_dir, dist, progress).execute(resume, start_from)
+    finally:
+        dist.close()
+
+
+class _Run:
+    def __init__(
+        self, config: TrainConfig, out_dir: Path, dist: Distributed, progress: Progress | None
+    ) -> None:
+        self.config, self.out_dir, self.dist, self.progress = config, out_dir, dist, progress
+        self.micro_batch, self.accumulation = config.train.accumulation(dist.world_size)
+        self.dataset: TokenDataset = open_dataset(config.data)
+        model_config = config.model
+        if model_config.vocab_size is None:
+            model_config = model_config.with_vocab(self.dataset.vocab_size)
+        elif model_config.vocab_size < self.dataset.vocab_size:
+            raise FlashprobeError(
+                f"model.vocab_size ({model_config.vocab_size}) is smaller than the data's "
+                f"vocabulary ({self.dataset.vocab_size})"
+            )
+        if dist.device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = config.train.allow_tf32
+            torch.backends.cudnn.allow_tf32 = config.train.allow_tf32
+        torch.manual_seed(config.train.seed)  # the initial weights depend on the seed only
+        self.model = GPT(model_config).to(dist.device)
+        self.optimizer = build_optimizer(self.model, config.optimizer)
+        self.trained: torch.nn.Module = self.model
+        if dist.world_size > 1:
+            ids = [dist.device.index] if dist.device.type == "cuda" else None
+            self.trained = DistributedDataParallel(self.model, device_ids=ids)
+        self.sampler = BatchSampler(
+            len(self.dataset.train), model_config.block_size, config.train.batch_size,
+            config.train.seed,
+        )  # fmt: skip
+        self.monitor = DivergenceMonitor(config.divergence)
+        self.state = RunState()
+        self.branched_from: str | None = None
+
+    # -- setup -----------------------------------------------------------------------------------
+    def execute(self, resume: bool, start_from: Path | None) -> RunSummary:
+        if resume:
+            found = latest_checkpoint(self.out_dir)
+            if found is not None:
+                self._check_resumable()
+                self._restore(read_checkpoint(found))
+        elif start_from is not None:
+            checkpoint = read_checkpoint(Path(start_from))
+            self._check_branchable(checkpoint)
+            self._restore(checkpoint)
+            self.branched_from = str(checkpoint.path)
+        if not resume and (self.out_dir / "metrics.jsonl").exists():
+            raise FlashprobeError(
+                f"{self.out_dir} already holds a run; resume it or choose another folder"
+            )
+        if self.dist.is_main:
+            self._prepare_files()
+        self.dist.barrier()
+        return self._loop()
+
+    def _restore(self, checkpoint: Checkpoint) -> None:
+        load_weights(checkpoint, self.model)
+        load_optimizer(checkpoint, self.optimizer)
+        self.monitor.load_state_dict(checkpoint.state["divergence"])
+        self.state = RunState(**checkpoint.state["run"])
+
+    def _check_resumable(self) -> None:
+        saved_path = self.out_dir / "config.json"
+        if not saved_path.is_file():
+            return
+        saved = json.loads(saved_path.read_text())["config"]
+        for key, (old, new) in _differences(saved, self.config.to_dict()).items():
+            if key not in RESUMABLE_KEYS:
+                raise FlashprobeError(
+                    f"cannot resume {self.out_dir}: config key {key} changed ({old!r} → {new!r})"
+                )
+
+    def _check_branchable(self, checkpoint: Checkpoint) -> None:
+        state, train = checkpoint.state, self.config.train
+        checks = [
+            ("train.seed", state["seed"], train.seed),
+            ("train.batch_size", state["batch_size"], train.batch_size),
+            ("optimizer.name", state["optimizer_name"], self.config.optimizer.name),
+            ("data digest", state["data_digest"], self.dataset.digest),
+        ]
+        for name, theirs, ours in checks:
+            if theirs != ours:
+                raise FlashprobeError(
+                    f"cannot branch from {checkpoint.path}: {name} differs ({theirs!r} vs {ours!r})"
+                )
+
+    def _prepare_files(self) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        for name in ("metrics.jsonl", "data_order.jsonl"):
+            truncate_jsonl(self.out_dir / name, self.state.step)
+        record = {
+            "config": self.config.to_dict(),
+            "attention": self.model.config.describe_attention(),
+            "data": self.dataset.description,
+            "data_digest": self.dataset.digest,
+            "parameters": self.model.num_params(),
+            "world_size": self.dist.world_size,
+            "micro_batch_size": self.micro_batch,
+            "accumulation": self.accumulation,
+            "device": str(self.dist.device),
+            "torch": torch.__version__,
+            "branched_from": self.branched_from,
+            "start_step": self.state.step,
+        }
+        if not (self.out_dir / "config.json").exists() or self.state.step == 0:
+            write_text_atomic(self.out_dir / "config.json", json.dumps(record, indent=1) + "\n")
+
+    # -- the loop --------------------------------------------------------------------------------
+    def _loop(self) -> RunSummary:
+        cfg = self.config
+        metrics_log = data_log = None
+        if self.dist.is_main:
+            metrics_log = JsonlLog(self.out_dir / "metrics.jsonl")
+            if cfg.data.record_offsets:
+                data_log = JsonlLog(self.out_dir / "data_order.jsonl")
+        wall_start = time.perf_counter() - self.state.wall_time_s
+        stopped = cfg.divergence.stop and self.monitor.first is not None
+        try:
+            while self.state.step < cfg.train.steps and not stopped:
+                step = self.state.step
+                record, divergence = self._train_step(step, data_log)
+                self.state.step = step + 1
+                self._periodic_metrics(step, record)
+                self.state.wall_time_s = time.perf_counter() - wall_start
+                if metrics_log is not None and (
+                    _every(cfg.metrics.log_every, step) or not EVERY_STEP_KEYS.issuperset(record)
+                ):
+                    metrics_log.write(record)
+                if self.progress is not None and self.dist.is_main:
+                    self.progress(record)
+                stopped = divergence is not None and cfg.divergence.stop
+                last = self.state.step == cfg.train.steps or stopped
+                if _every(cfg.train.checkpoint_every, step) or (
+                    last and cfg.train.checkpoint_final
+                ):
+                    self._checkpoint()
+        finally:
+            for log in (metrics_log, data_log):
+                if log is not None:
+                    log.close()
+        summary = self._summary()
+        if self.dist.is_main:
+            write_text_atomic(
+                self.out_dir / "summary.json", json.dumps(summary.to_dict(), indent=1) + "\n"
+            )
+        return summary
+
+    def _train_step(
+        self, step: int, data_log: JsonlLog | None
+    ) -> tuple[dict[str, Any], Divergence | None]:
+        cfg, dist = self.config, self.dist
+        lr = lr_at(step, cfg.optimizer.lr, cfg.schedule, cfg.train.steps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        offsets = self.sampler.offsets(step)
+        if data_log is not None:
+            data_log.write({"step": step, "offsets": offsets.tolist()})
+        torch.manual_seed(_step_seed(cfg.train.seed, step, dist.rank))
+        want_stats = _every(cfg.metrics.attention_stats_every, step)
+        capture = cfg.metrics.capture_layers if step in cfg.metrics.capture_steps else ()
+        instrument = (
+            self.model.instrument(stats=want_stats, capture_layers=capture)
+            if want_stats or capture
+            else contextlib.nullcontext()
+        )
+        start = time.perf_counter()
+        with instrument as recorder:
+            loss = self._forward_backward(rank_share(offsets, dist.rank, dist.world_size))
+        max_norm = cfg.train.grad_clip if cfg.train.grad_clip is not None else math.inf
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
+        divergence = self.monitor.update(step, loss, grad_norm)
+        finite = math.isfinite(loss) and math.isfinite(grad_norm)
+        if finite:  # a non-finite step would only write NaNs into the weights
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if dist.device.type == "cuda":
+            torch.cuda.synchronize(dist.device)
+        elapsed = time.perf_counter() - start
+        tokens = cfg.train.batch_size * self.model.config.block_size
+        self.state.train_time_s += elapsed
+        self.state.tokens += tokens
+        self.state.last_loss = loss
+        if math.isfinite(loss):
+            self.state.min_loss = (
+                loss if self.state.min_loss is None else min(self.state.min_loss, loss)
+            )
+        record: dict[str, Any] = {
+            "step": step,
+            "loss": loss,
+            "grad_norm": grad_norm,
+            "lr": lr,
+            "tokens_per_s": tokens / elapsed,
+            "time_s": self.state.wall_time_s,
+        }
+        if not finite:
+            record["skipped_update"] = True
+        if divergence is not None:
+            record["divergence"] = divergence.to_dict()
+        if recorder is not None:
+            if want_stats:
+                record["attention"] = recorder.stats_dict()
+            if capture and dist.is_main:
+                self._write_capture(step, recorder.tensors)
+        return record, divergence
+
+    def _forward_backward(self, offsets: np.ndarray) -> float:
+        total = torch.zeros((), dtype=torch.float32, device=self.dist.device)
+        block = self.model.config.block_size
+        for micro in range(self.accumulation):
+            chunk = offsets[micro * self.micro_batch : (micro + 1) * self.micro_batch]
+            x, y = batch_at(self.dataset.train, chunk, block, self.dist.device)
+            sync = micro == self.accumulation - 1
+            no_sync = (
+                self.trained.no_sync()
+                if isinstance(self.trained, DistributedDataParallel) and not sync
+                else contextlib.nullcontext()
+            )
+            with no_sync:
+                with autocast_context(self.dist.device, self.config.train.precision):
+                    _, loss = self.trained(x, y)
+                (loss / self.accumulation).backward()
+            total += loss.detach()
+        return float(self.dist.mean(total / self.accumulation))
+
+    def _periodic_metrics(self, step: int, record: dict[str, Any]) -> None:
+        cfg = self.config.metrics
+        last = step + 1 == self.config.train.steps
+        if cfg.eval_every and (_every(cfg.eval_every, step) or last):
+            self.state.last_val_loss = validation_loss(
+                self.model,
+                self.dataset.val,
+                batches=cfg.eval_batches,
+                micro_batch_size=self.micro_batch,
+                dist=self.dist,
+                precision=self.config.train.precision,
+            )
+            record["val_loss"] = self.state.last_val_loss
+        if _every(cfg.spectral_every, step):
+            record["spectral"] = qk_spectral_norms(self.model)
+
+    def _write_capture(self, step: int, tensors: dict[str, torch.Tensor]) -> None:
+        folder = self.out_dir / "captures"
+        folder.mkdir(parents=True, exist_ok=True)
+        final = folder / f"step_{step:07d}.safetensors"
+        tmp = folder / f".{final.name}.tmp"
+        save_file(tensors, str(tmp), metadata={"step": str(step)})
+        tmp.replace(final)
+
+    def _checkpoint(self) -> None:
+        if self.dist.is_main:
+            extra = {
+                "seed": self.config.train.seed,
+                "batch_size": self.config.train.batch_size,
+                "optimizer_name": self.config.optimizer.name,
+                "data_digest": self.dataset.digest,
+                "config": self.config.to_dict(),
+                "run": dataclasses.asdict(self.state),
+                "divergence": self.monitor.state_dict(),
+                "rng": "torch is reseeded from (seed, step, rank) every step",
+            }
+            save_checkpoint(
+                self.out_dir,
+                self.state.step,
+                self.model,
+                self.optimizer,
+                extra,
+                keep=self.config.train.keep_checkpoints,
+            )
+        self.dist.barrier()
+
+    def _summary(self) -> RunSummary:
+        first = self.monitor.first
+        state = self.state
+        return RunSummary(
+            out_dir=str(self.out_dir),
+            steps_done=state.step,
+            final_loss=state.last_loss,
+            min_loss=state.min_loss,
+            final_val_loss=state.last_val_loss,
+            diverged=first is not None,
+            diverged_step=first.step if first else None,
+            divergence_rule=first.rule if first else None,
+            tokens_per_s=state.tokens / state.train_time_s if state.train_time_s else 0.0,
+            wall_time_s=state.wall_time_s,
+        )
+
+
+def _every(period: int, step: int) -> bool:
+    """True on every period-th step (steps period-1, 2·period-1, ...); never when period is 0."""
+    return period > 0 and (step + 1) % period == 0
+
+
+def _step_seed(seed: int, step: int, rank: int) -> int:
+    return int(np.random.SeedSequence([seed, step, rank, _TORCH_STREAM]).generate_state(1)[0])
+
+
+def _differences(old: Any, new: Any, prefix: str = "") -> dict[str, tuple[Any, Any]]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: dict[str, tuple[Any, Any]] = {}
+        for key in sorted(set(old) | set(new)):
+            out.update(_differences(old.get(key), new.get(key), f"{prefix}{key}."))
+        return out
+    return {} if old == new else {prefix.rstrip("."): (old, new)}

@@ -1,0 +1,160 @@
+"""train_run on tiny CPU models: determinism, resume, branching, checkpoints, divergence stops."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from flashprobe.errors import FlashprobeError
+from flashprobe.model import GPT
+from flashprobe.train import train_run
+from flashprobe.train.checkpoint import load_weights, read_checkpoint
+from flashprobe.train.metrics import read_jsonl
+
+
+def losses(run_dir) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in read_jsonl(run_dir / "metrics.jsonl")}
+
+
+def test_same_config_and_seed_give_identical_losses(tmp_path, make_config) -> None:
+    config = make_config()
+    first = train_run(config, tmp_path / "a")
+    second = train_run(config, tmp_path / "b")
+    assert losses(tmp_path / "a") == losses(tmp_path / "b")
+    assert len(losses(tmp_path / "a")) == 12 and first.steps_done == 12
+    assert first.final_loss == second.final_loss and first.min_loss <= first.final_loss
+    other = make_config(train={"seed": 1})
+    train_run(other, tmp_path / "c")
+    assert losses(tmp_path / "c") != losses(tmp_path / "a")
+
+
+def test_metrics_records_and_run_files(tmp_path, make_config) -> None:
+    progress: list[dict] = []
+    summary = train_run(make_config(), tmp_path / "run", progress=progress.append)
+    records = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in progress] == list(range(12))
+    assert {"loss", "grad_norm", "lr", "tokens_per_s"} <= set(records[0])
+    sixth = records[5]
+    assert {"val_loss", "spectral", "attention"} <= set(sixth)
+    assert len(sixth["spectral"]["wq_heads"]) == 2 and len(sixth["spectral"]["wq_heads"][0]) == 4
+    assert len(sixth["attention"]["1"]["max_logit"]) == 4
+    order = read_jsonl(tmp_path / "run" / "data_order.jsonl")
+    assert [r["step"] for r in order] == list(range(12)) and len(order[0]["offsets"]) == 4
+    saved = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert saved == summary.to_dict() and summary.tokens_per_s > 0
+    assert summary.final_val_loss == records[-1]["val_loss"]
+
+
+class Interrupted(Exception):
+    pass
+
+
+def interrupt_after(step: int):
+    def progress(record: dict) -> None:
+        if record["step"] == step:
+            raise Interrupted
+
+    return progress
+
+
+def test_resume_after_a_stop_gives_the_uninterrupted_losses(tmp_path, make_config) -> None:
+    config = make_config(train={"checkpoint_every": 5})
+    train_run(config, tmp_path / "whole")
+    # Interrupted during step 7 (0-based 6); the last checkpoint holds 5 steps.
+    with pytest.raises(Interrupted):
+        train_run(config, tmp_path / "parts", progress=interrupt_after(6))
+    assert read_checkpoint(tmp_path / "parts").step == 5
+    with pytest.raises(FlashprobeError, match="already holds a run"):
+        train_run(config, tmp_path / "parts")
+    summary = train_run(config, tmp_path / "parts", resume=True)
+    assert summary.steps_done == 12
+    assert losses(tmp_path / "parts") == losses(tmp_path / "whole")
+    order = read_jsonl(tmp_path / "parts" / "data_order.jsonl")
+    assert [r["step"] for r in order] == list(range(12))
+
+
+def test_resume_can_extend_a_finished_run(tmp_path, make_config) -> None:
+    constant = {"kind": "constant"}
+    train_run(make_config(schedule=constant), tmp_path / "whole")
+    train_run(make_config(schedule=constant, train={"steps": 8}), tmp_path / "parts")
+    train_run(make_config(schedule=constant), tmp_path / "parts", resume=True)
+    assert losses(tmp_path / "parts") == losses(tmp_path / "whole")
+
+
+def test_resume_refuses_a_changed_config(tmp_path, make_config) -> None:
+    train_run(make_config(train={"steps": 4}), tmp_path / "run")
+    with pytest.raises(FlashprobeError, match=r"config key optimizer\.lr changed"):
+        train_run(make_config(optimizer={"lr": 1e-3}), tmp_path / "run", resume=True)
+
+
+def test_branch_from_a_baseline_checkpoint_replays_its_data(tmp_path, make_config) -> None:
+    baseline = make_config(train={"checkpoint_every": 6})
+    train_run(baseline, tmp_path / "base")
+    branch = make_config(model={"attention": "math"})
+    summary = train_run(branch, tmp_path / "branch", start_from=tmp_path / "base" / "checkpoints"
+                        / "step_0000006")  # fmt: skip
+    assert summary.steps_done == 12
+    base_order = read_jsonl(tmp_path / "base" / "data_order.jsonl")[6:]
+    assert read_jsonl(tmp_path / "branch" / "data_order.jsonl") == base_order
+    branch_losses = losses(tmp_path / "branch")
+    assert sorted(branch_losses) == list(range(6, 12))
+    # fp32 math vs bf16 SDPA: same data and weights, close but not identical losses.
+    assert branch_losses[6] == pytest.approx(losses(tmp_path / "base")[6], rel=0.02)
+    with pytest.raises(FlashprobeError, match=r"train\.seed differs"):
+        train_run(make_config(train={"seed": 5}), tmp_path / "x", start_from=tmp_path / "base")
+
+
+def test_checkpoint_round_trip_is_safetensors_and_json(tmp_path, make_config) -> None:
+    config = make_config(train={"steps": 3}, optimizer={"name": "muon"})
+    train_run(config, tmp_path / "run")
+    checkpoint = read_checkpoint(tmp_path / "run")
+    assert checkpoint.step == 3 and checkpoint.path.name == "step_0000003"
+    assert sorted(p.name for p in checkpoint.path.iterdir()) == [
+        "model.safetensors", "optimizer.safetensors", "state.json"
+    ]  # fmt: skip
+    optimizer_tensors = load_file(checkpoint.path / "optimizer.safetensors")
+    assert any(k.endswith("momentum_buffer") for k in optimizer_tensors)
+    model = GPT(config.model.with_vocab(256))
+    load_weights(checkpoint, model)
+    weights = load_file(checkpoint.path / "model.safetensors")
+    (embedding,) = [
+        w for k, w in weights.items() if k in ("transformer.wte.weight", "lm_head.weight")
+    ]
+    assert torch.equal(model.transformer.wte.weight, embedding)  # the tied matrix, stored once
+    assert model.lm_head.weight is model.transformer.wte.weight
+    state = json.loads((checkpoint.path / "state.json").read_text())
+    assert state["step"] == 3 and state["seed"] == 0
+
+
+def test_a_diverging_run_stops_and_records_the_step(tmp_path, make_config) -> None:
+    config = make_config(
+        optimizer={"lr": 5.0}, schedule={"warmup_steps": 0, "min_lr": 0.0},
+        train={"steps": 40, "grad_clip": None},
+        divergence={"rise_factor": 1.5, "min_step": 1},
+    )  # fmt: skip
+    summary = train_run(config, tmp_path / "run")
+    assert summary.diverged and summary.divergence_rule in ("rise", "nonfinite")
+    assert summary.steps_done == summary.diverged_step + 1 < 40
+    records = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert records[-1]["divergence"]["step"] == summary.diverged_step
+    assert not math.isnan(summary.min_loss)
+
+
+def test_flashprobe_kernel_run_with_capture(tmp_path, make_config) -> None:
+    pytest.importorskip("flashprobe.api")
+    config = make_config(
+        model={"attention": {"impl": "flashprobe", "spec": "paper-code"}},
+        train={"steps": 3},
+        metrics={"capture_layers": [1], "capture_steps": [1], "attention_stats_every": 1},
+    )
+    summary = train_run(config, tmp_path / "run")
+    assert summary.steps_done == 3 and math.isfinite(summary.final_loss)
+    tensors = load_file(tmp_path / "run" / "captures" / "step_0000001.safetensors")
+    assert set(tensors) == {f"layer1.{n}" for n in ("q", "k", "v", "o", "lse", "do")}
+    assert tensors["layer1.q"].dtype == torch.bfloat16 and tensors["layer1.q"].shape[0] == 2
+    stats = read_jsonl(tmp_path / "run" / "metrics.jsonl")[0]["attention"]["1"]
+    assert all(v is not None for v in stats["p_bar_ones"])
