@@ -91,8 +91,8 @@ def test_rows_are_bf16_with_ties_and_masks() -> None:
     assert (groups == groups[..., :1]).all()
     # tied keys carry V ~ N(-2.5, 0.5), the others N(0, 0.5)
     tied_cols = (s == row_max).any(2)[:, 0]
-    assert v[:, 0][tied_cols].mean() == pytest.approx(-2.5, abs=0.1)
-    assert v[:, 0][~tied_cols].mean() == pytest.approx(0.0, abs=0.05)
+    assert v[:, 0][tied_cols].mean().item() == pytest.approx(-2.5, abs=0.1)
+    assert v[:, 0][~tied_cols].mean().item() == pytest.approx(0.0, abs=0.05)
 
 
 def test_default_scores_are_fp32_like_q_dot_k() -> None:
