@@ -1,0 +1,10 @@
+"""Triton flash-attention kernels whose rounding points are KernelSpec switches.
+
+`triton_attention(q, k, v, causal=..., spec=...)` is differentiable; see docs/semantics.md for
+what each switch rounds. On CPU the kernels run only under Triton's interpreter
+(TRITON_INTERPRET=1 set before this package is imported).
+"""
+
+from flashprobe.kernels.launch import triton_attention
+
+__all__ = ["triton_attention"]

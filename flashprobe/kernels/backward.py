@@ -1,0 +1,303 @@
+"""Backward flash-attention kernels: the δ preprocess and one dK/dV + dQ kernel.
+
+FlashAttention-2's schedule as in the Triton tutorial: program `i` computes dK and dV for key
+block `i` (looping over query blocks) and dQ for query block `i` (looping over key blocks), so no
+atomics are needed and the result is deterministic. Under a causal mask the two jobs of one
+program together cost the same for every program. Block sizes here only change the order of
+fp32 additions (docs/semantics.md, backward).
+
+Rounding points (docs/semantics.md, backward): P recomputed from the saved lse in fp32;
+dV += rnd_p(P)ᵀ dO; dP = dO Vᵀ; dS = P (dP − δ) with the unrounded P; dS rounded or not before
+dQ = scale·dS K and dK = scale·dSᵀ Q; score rounding passed straight through.
+
+δ sources: o_lowp (stored 16-bit O), o_fp32 (the forward's fp32 O), o_recompute (O' = P V in
+fp32 over key tiles) and dp_p (rowsum(P ∘ dP) over key tiles); then optionally rounded.
+
+The interpreter work-arounds of `flashprobe.kernels.forward` (INTERPRET: 16-bit dots run as
+exact fp32 IEEE dots, bf16 rounding done on the bits, under TRITON_INTERPRET=1) apply here too.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from flashprobe.kernels.common import dot_f32, dot_low, dot_maybe_low, rnd, scores_log2, to_low
+
+DELTA_O_LOWP = 0
+DELTA_O_FP32 = 1
+DELTA_O_RECOMPUTE = 2
+DELTA_DP_P = 3
+
+
+@triton.jit
+def _probabilities(s_raw, lse_log2, scale, qk_scale, SCORE_LOW: tl.constexpr,
+                   FUSED: tl.constexpr, LOW: tl.constexpr, ROW_AXIS: tl.constexpr,
+                   INTERPRET: tl.constexpr):  # fmt: skip
+    """Semantics backward step 2: P = exp2(x − lse·LOG2E) (or the fused FMA form).
+
+    ROW_AXIS is the axis of `s_raw` that indexes queries (0: [M, N] tiles, 1: transposed).
+    """
+    if ROW_AXIS == 0:
+        lse_b = lse_log2[:, None]
+    else:
+        lse_b = lse_log2[None, :]
+    if FUSED:
+        return tl.exp2(tl.fma(s_raw, qk_scale, -lse_b))
+    else:
+        return tl.exp2(scores_log2(s_raw, scale, qk_scale, SCORE_LOW, LOW, INTERPRET) - lse_b)
+
+
+@triton.jit
+def attn_bwd_preprocess_kernel(
+    Out, O32, DO, DELTA, Q, K, V, LSE,
+    stride_qb, stride_qh, stride_qm,
+    stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn,
+    stride_ob, stride_oh, stride_om,
+    H, M, N, scale, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    SOURCE: tl.constexpr, CAUSAL: tl.constexpr, SCORE_LOW: tl.constexpr, FUSED: tl.constexpr,
+    DELTA_LOW: tl.constexpr, INTERPRET: tl.constexpr,
+):  # fmt: skip
+    """δ for BLOCK_M query rows of one (batch, head); Out, O32 and DO share strides stride_o*."""
+    LOW: tl.constexpr = Q.dtype.element_ty
+    start_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    off_b = (pid_bh // H).to(tl.int64)
+    off_h = (pid_bh % H).to(tl.int64)
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = offs_m < M
+    o_offs = off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :]
+    do = tl.load(DO + o_offs, mask=row_ok[:, None], other=0.0)
+    if SOURCE == 0:  # o_lowp
+        o = tl.load(Out + o_offs, mask=row_ok[:, None], other=0.0).to(tl.float32)
+        delta = tl.sum(do.to(tl.float32) * o, 1)
+    elif SOURCE == 1:  # o_fp32
+        o = tl.load(O32 + o_offs, mask=row_ok[:, None], other=0.0)
+        delta = tl.sum(do.to(tl.float32) * o, 1)
+    else:  # recompute from P over key tiles
+        row_ptrs = pid_bh.to(tl.int64) * M + offs_m
+        lse_log2 = tl.load(LSE + row_ptrs, mask=row_ok, other=0.0) * 1.4426950408889634
+        q_ptrs = Q + off_b * stride_qb + off_h * stride_qh
+        q = tl.load(q_ptrs + offs_m[:, None] * stride_qm + offs_d[None, :],
+                    mask=row_ok[:, None], other=0.0)  # fmt: skip
+        k_base = K + off_b * stride_kb + off_h * stride_kh
+        v_base = V + off_b * stride_vb + off_h * stride_vh
+        if CAUSAL:
+            kv_end = tl.minimum((start_m + 1) * BLOCK_M, N)
+        else:
+            kv_end = N
+        o_acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+        delta = tl.zeros([BLOCK_M], dtype=tl.float32)
+        for start_n in range(0, kv_end, BLOCK_N):
+            offs_n = start_n + tl.arange(0, BLOCK_N)
+            col_ok = offs_n < N
+            k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :],
+                        mask=col_ok[:, None], other=0.0)  # fmt: skip
+            v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :],
+                        mask=col_ok[:, None], other=0.0)  # fmt: skip
+            s_raw = dot_low(q, tl.trans(k), None, INTERPRET)
+            p = _probabilities(
+                s_raw, lse_log2, scale, qk_scale, SCORE_LOW, FUSED, LOW, 0, INTERPRET
+            )
+            valid = col_ok[None, :]
+            if CAUSAL:
+                valid = valid & (offs_n[None, :] <= offs_m[:, None])
+            p = tl.where(valid, p, 0.0)
+            if SOURCE == 2:  # o_recompute: O' = P V in fp32
+                o_acc = dot_f32(p, v, o_acc)
+            else:  # dp_p: sum_j P ∘ dP with dP = dO Vᵀ
+                dp = dot_low(do, tl.trans(v), None, INTERPRET)
+                delta += tl.sum(p * dp, 1)
+        if SOURCE == 2:
+            delta = tl.sum(do.to(tl.float32) * o_acc, 1)
+    if DELTA_LOW:
+        delta = rnd(delta, LOW, INTERPRET)
+    tl.store(DELTA + pid_bh.to(tl.int64) * M + offs_m, delta, mask=row_ok)
+
+
+@triton.jit
+def _bwd_dkdv(
+    dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom,
+    offs_n, start_m, end_m, M, scale, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+    SCORE_LOW: tl.constexpr, FUSED: tl.constexpr, P_LOW: tl.constexpr, DS_LOW: tl.constexpr,
+    INTERPRET: tl.constexpr, LOW: tl.constexpr,
+):  # fmt: skip
+    """Accumulate dK, dV of one key block over query blocks [start_m, end_m), transposed tiles.
+
+    Without MASKED every query row is < M and sees every key of the block (rows of keys past N
+    only reach rows of dK, dV that are never stored).
+    """
+    offs_d = tl.arange(0, HEAD_DIM)
+    for start in range(start_m, end_m, BLOCK_M):
+        offs_m = start + tl.arange(0, BLOCK_M)
+        if MASKED:
+            row_ok = offs_m < M
+            q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :],
+                        mask=row_ok[:, None], other=0.0)  # fmt: skip
+            do = tl.load(do_base + offs_m[:, None] * stride_dom + offs_d[None, :],
+                         mask=row_ok[:, None], other=0.0)  # fmt: skip
+            lse = tl.load(lse_base + offs_m, mask=row_ok, other=0.0)
+            delta = tl.load(delta_base + offs_m, mask=row_ok, other=0.0)
+        else:
+            q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :])
+            do = tl.load(do_base + offs_m[:, None] * stride_dom + offs_d[None, :])
+            lse = tl.load(lse_base + offs_m)
+            delta = tl.load(delta_base + offs_m)
+        s_raw_t = dot_low(k, tl.trans(q), None, INTERPRET)  # [BLOCK_N, BLOCK_M]
+        p_t = _probabilities(s_raw_t, lse * 1.4426950408889634, scale, qk_scale,
+                             SCORE_LOW, FUSED, LOW, 1, INTERPRET)  # fmt: skip
+        if MASKED:
+            valid = row_ok[None, :]
+            if CAUSAL:
+                valid = valid & (offs_m[None, :] >= offs_n[:, None])
+            p_t = tl.where(valid, p_t, 0.0)
+        dv = dot_maybe_low(p_t, do, dv, P_LOW, LOW, INTERPRET)
+        dp_t = dot_low(v, tl.trans(do), None, INTERPRET)
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk = dot_maybe_low(ds_t, q, dk, DS_LOW, LOW, INTERPRET)
+    return dk, dv
+
+
+@triton.jit
+def _bwd_dq(
+    dq, q, do, lse_log2, delta, k_base, v_base, stride_kn, stride_vn,
+    offs_m, start_n, end_n, N, scale, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+    SCORE_LOW: tl.constexpr, FUSED: tl.constexpr, DS_LOW: tl.constexpr,
+    INTERPRET: tl.constexpr, LOW: tl.constexpr,
+):  # fmt: skip
+    """Accumulate dQ of one query block over key blocks [start_n, end_n)."""
+    offs_d = tl.arange(0, HEAD_DIM)
+    for start in range(start_n, end_n, BLOCK_N):
+        offs_n = start + tl.arange(0, BLOCK_N)
+        if MASKED:
+            col_ok = offs_n < N
+            k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :],
+                        mask=col_ok[:, None], other=0.0)  # fmt: skip
+            v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :],
+                        mask=col_ok[:, None], other=0.0)  # fmt: skip
+        else:
+            k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :])
+            v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :])
+        s_raw = dot_low(q, tl.trans(k), None, INTERPRET)
+        p = _probabilities(s_raw, lse_log2, scale, qk_scale, SCORE_LOW, FUSED, LOW, 0, INTERPRET)
+        if MASKED:
+            valid = col_ok[None, :]
+            if CAUSAL:
+                valid = valid & (offs_n[None, :] <= offs_m[:, None])
+            p = tl.where(valid, p, 0.0)
+        dp = dot_low(do, tl.trans(v), None, INTERPRET)
+        ds = p * (dp - delta[:, None])
+        dq = dot_maybe_low(ds, k, dq, DS_LOW, LOW, INTERPRET)
+    return dq
+
+
+@triton.jit
+def attn_bwd_kernel(
+    Q, K, V, DO, DQ, DK, DV, LSE, DELTA,
+    stride_qb, stride_qh, stride_qm,
+    stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn,
+    stride_dob, stride_doh, stride_dom,
+    stride_dqb, stride_dqh, stride_dqm,
+    stride_dkb, stride_dkh, stride_dkn,
+    H, M, N, scale, qk_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr,
+    BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
+    CAUSAL: tl.constexpr, SCORE_LOW: tl.constexpr, FUSED: tl.constexpr,
+    P_LOW: tl.constexpr, DS_LOW: tl.constexpr, INTERPRET: tl.constexpr,
+):  # fmt: skip
+    """Program i: dK, dV of key block i (BLOCK_N1 keys) and dQ of query block i (BLOCK_M2 rows).
+
+    DK and DV share the strides stride_dk*. LSE, DELTA: [B·H, M] contiguous.
+    """
+    LOW: tl.constexpr = Q.dtype.element_ty
+    pid = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    off_b = (pid_bh // H).to(tl.int64)
+    off_h = (pid_bh % H).to(tl.int64)
+    q_base = Q + off_b * stride_qb + off_h * stride_qh
+    k_base = K + off_b * stride_kb + off_h * stride_kh
+    v_base = V + off_b * stride_vb + off_h * stride_vh
+    do_base = DO + off_b * stride_dob + off_h * stride_doh
+    lse_base = LSE + pid_bh.to(tl.int64) * M
+    delta_base = DELTA + pid_bh.to(tl.int64) * M
+    offs_d = tl.arange(0, HEAD_DIM)
+
+    # -- dK, dV for key block pid ------------------------------------------------------------
+    start_n = pid * BLOCK_N1
+    if start_n < N:
+        offs_n = start_n + tl.arange(0, BLOCK_N1)
+        col_ok = offs_n < N
+        k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :],
+                    mask=col_ok[:, None], other=0.0)  # fmt: skip
+        v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :],
+                    mask=col_ok[:, None], other=0.0)  # fmt: skip
+        dk = tl.zeros([BLOCK_N1, HEAD_DIM], dtype=tl.float32)
+        dv = tl.zeros([BLOCK_N1, HEAD_DIM], dtype=tl.float32)
+        full_rows_end = (M // BLOCK_M1) * BLOCK_M1
+        if CAUSAL:
+            # Query blocks crossing the diagonal need the mask; rows below it see every key.
+            diag_start = (start_n // BLOCK_M1) * BLOCK_M1
+            diag_end = tl.minimum(tl.cdiv(start_n + BLOCK_N1, BLOCK_M1) * BLOCK_M1, M)
+            dk, dv = _bwd_dkdv(
+                dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom,
+                offs_n, diag_start, diag_end, M, scale, qk_scale,
+                HEAD_DIM, BLOCK_M1, True, CAUSAL, SCORE_LOW, FUSED, P_LOW, DS_LOW, INTERPRET, LOW,
+            )  # fmt: skip
+            middle_start = diag_end
+        else:
+            middle_start = 0
+        middle_end = tl.maximum(full_rows_end, middle_start)
+        dk, dv = _bwd_dkdv(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom,
+            offs_n, middle_start, middle_end, M, scale, qk_scale,
+            HEAD_DIM, BLOCK_M1, False, CAUSAL, SCORE_LOW, FUSED, P_LOW, DS_LOW, INTERPRET, LOW,
+        )  # fmt: skip
+        dk, dv = _bwd_dkdv(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom,
+            offs_n, middle_end, M, M, scale, qk_scale,
+            HEAD_DIM, BLOCK_M1, True, CAUSAL, SCORE_LOW, FUSED, P_LOW, DS_LOW, INTERPRET, LOW,
+        )  # fmt: skip
+        dkv_offs = (off_b * stride_dkb + off_h * stride_dkh + offs_n[:, None] * stride_dkn
+                    + offs_d[None, :])  # fmt: skip
+        tl.store(DK + dkv_offs, to_low(dk * scale, LOW, INTERPRET), mask=col_ok[:, None])
+        tl.store(DV + dkv_offs, to_low(dv, LOW, INTERPRET), mask=col_ok[:, None])
+
+    # -- dQ for query block pid ---------------------------------------------------------------
+    start_m = pid * BLOCK_M2
+    if start_m < M:
+        offs_m = start_m + tl.arange(0, BLOCK_M2)
+        row_ok = offs_m < M
+        q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :],
+                    mask=row_ok[:, None], other=0.0)  # fmt: skip
+        do = tl.load(do_base + offs_m[:, None] * stride_dom + offs_d[None, :],
+                     mask=row_ok[:, None], other=0.0)  # fmt: skip
+        lse_log2 = tl.load(lse_base + offs_m, mask=row_ok, other=0.0) * 1.4426950408889634
+        delta = tl.load(delta_base + offs_m, mask=row_ok, other=0.0)
+        dq = tl.zeros([BLOCK_M2, HEAD_DIM], dtype=tl.float32)
+        full_cols_end = (N // BLOCK_N2) * BLOCK_N2
+        if CAUSAL:
+            unmasked_end = tl.minimum(start_m // BLOCK_N2 * BLOCK_N2, full_cols_end)
+            kv_end = tl.minimum(start_m + BLOCK_M2, N)
+        else:
+            unmasked_end = full_cols_end
+            kv_end = N
+        dq = _bwd_dq(
+            dq, q, do, lse_log2, delta, k_base, v_base, stride_kn, stride_vn,
+            offs_m, 0, unmasked_end, N, scale, qk_scale,
+            HEAD_DIM, BLOCK_N2, False, CAUSAL, SCORE_LOW, FUSED, DS_LOW, INTERPRET, LOW,
+        )  # fmt: skip
+        dq = _bwd_dq(
+            dq, q, do, lse_log2, delta, k_base, v_base, stride_kn, stride_vn,
+            offs_m, unmasked_end, kv_end, N, scale, qk_scale,
+            HEAD_DIM, BLOCK_N2, True, CAUSAL, SCORE_LOW, FUSED, DS_LOW, INTERPRET, LOW,
+        )  # fmt: skip
+        dq_offs = (off_b * stride_dqb + off_h * stride_dqh + offs_m[:, None] * stride_dqm
+                   + offs_d[None, :])  # fmt: skip
+        tl.store(DQ + dq_offs, to_low(dq * scale, LOW, INTERPRET), mask=row_ok[:, None])

@@ -1,0 +1,305 @@
+"""Forward flash-attention kernel whose rounding points are KernelSpec switches.
+
+The structure is the Triton fused-attention tutorial's (base-2 domain, one program per query
+tile and batch·head, causal split into an unmasked off-diagonal stage and a masked diagonal
+stage), with every step of docs/semantics.md made explicit:
+
+* scores: fp32 `x = s_raw * scale * LOG2E`, or `s = rnd(s_raw * scale)` then `x = s * LOG2E`;
+* running max: standard/fused_scale `m' = r`, stabilized `m' = beta*r` (or 0) on a tied tile;
+* P̄: `exp2(x - m)` exactly (standard, stabilized) or `exp2(fma(s_raw, scale*LOG2E, -m))`;
+* P̄ rounded or not before P̄V, ℓ from the rounded or unrounded P̄, fp32 or bf16 accumulators.
+
+`spec.block_n` is a numerics choice (where m is updated), so it is the kernel's logical key
+tile. Tiles up to `BLOCK_N` keys run in one pass per tile. Wider logical tiles (the paper's
+512, or one tile spanning the whole sequence) run in two passes over `BLOCK_N`-wide physical
+sub-tiles: pass 1 finds the tile's row max and whether it is tied (from the two largest
+scores, which decides "more than one score within the tolerance" exactly); pass 2 forms P̄ with
+the new running max and accumulates P̄V across the sub-tiles in fp32 before the per-tile update.
+The result equals one big tile up to the order of fp32 additions.
+
+The launcher compiles with `enable_fp_fusion=False`: otherwise the compiler contracts
+`x*c - m` into one FMA and "standard" would silently become "fused_scale" (the max entry's P̄
+no longer exactly 1); the fused mode asks for its FMA explicitly with `tl.fma`.
+
+Interpreter work-arounds (constexpr `INTERPRET`, set by the launcher when the kernels were
+built by Triton's interpreter, i.e. TRITON_INTERPRET=1 at import; how CI runs them on CPU):
+
+* Triton 3.9's interpreter returns garbage from `tl.dot` on bf16 operands, while fp32 operands
+  are fine. A product of two bf16 (or fp16) numbers is exact in fp32, so under the interpreter
+  every 16-bit dot upcasts its operands to fp32 and runs an IEEE fp32 dot: the same numerics,
+  only the fp32 summation order may differ.
+* The same interpreter truncates fp32 → bf16 casts (`.to(tl.bfloat16)`, round toward zero)
+  where the GPU rounds to nearest even; under the interpreter `rnd` therefore rounds to bf16 on
+  the bits (add 0x7FFF plus the lowest kept bit, clear the low 16 bits). fp16 casts are right.
+
+Both branches are compiled out on the GPU.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from flashprobe.kernels.common import dot_low, dot_maybe_low, rnd, scores_log2, to_low
+
+_STABILIZED: tl.constexpr = tl.constexpr(1)
+_FUSED_SCALE: tl.constexpr = tl.constexpr(2)
+
+
+@triton.jit
+def _load_rows(base, offs_rows, offs_d, stride_row, n_rows, MASK: tl.constexpr):
+    """Load a [rows, HEAD_DIM] tile; rows past `n_rows` read as zeros when MASK."""
+    ptrs = base + offs_rows[:, None] * stride_row + offs_d[None, :]
+    if MASK:
+        return tl.load(ptrs, mask=offs_rows[:, None] < n_rows, other=0.0)
+    else:
+        return tl.load(ptrs)
+
+
+@triton.jit
+def _raw_scores(q, k, offs_m, offs_n, N, MASKED: tl.constexpr, CAUSAL: tl.constexpr, INTERPRET):
+    """s_raw = q·kᵀ in fp32; masked entries (past N, or above the causal diagonal) are −inf."""
+    s_raw = dot_low(q, tl.trans(k), None, INTERPRET)
+    if MASKED:
+        valid = offs_n[None, :] < N
+        if CAUSAL:
+            valid = valid & (offs_n[None, :] <= offs_m[:, None])
+        s_raw = tl.where(valid, s_raw, float("-inf"))
+    return s_raw
+
+
+@triton.jit
+def _tile_running_max(m_old, r, tied, beta, SOFTMAX: tl.constexpr):
+    """Semantics step 3: the tile's shift m' (stabilized: beta·r or 0 when tied) → new max."""
+    if SOFTMAX == _STABILIZED:
+        m_tile = tl.where(tied, tl.where(r > 0, beta * r, 0.0), r)
+    else:
+        m_tile = r
+    return tl.maximum(m_old, m_tile)
+
+
+@triton.jit
+def _p_bar(s_raw, x, m_new, qk_scale, SOFTMAX: tl.constexpr):
+    """Semantics step 4: exact subtraction, or the scale fused into one FMA."""
+    if SOFTMAX == _FUSED_SCALE:
+        return tl.exp2(tl.fma(s_raw, qk_scale, -m_new[:, None]))
+    else:
+        return tl.exp2(x - m_new[:, None])
+
+
+@triton.jit
+def _accumulate(acc, l_i, pv, l_tile, alpha, LOW: tl.constexpr, INTERPRET: tl.constexpr):
+    """Semantics step 7 for accumulator bf16 (fp32 accumulators fold alpha into the dot)."""
+    acc = rnd(rnd(acc * alpha[:, None], LOW, INTERPRET) + rnd(pv, LOW, INTERPRET), LOW, INTERPRET)
+    l_i = rnd(l_i * alpha + l_tile, LOW, INTERPRET)
+    return acc, l_i
+
+
+@triton.jit
+def _fwd_one_pass(
+    acc, l_i, m_i, row_max, tie_events, p_ones,
+    q, k_base, v_base, stride_kn, stride_vn, offs_m, start_n, end_n, N,
+    scale, qk_scale, tie_tol, beta,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+    SCORE_LOW: tl.constexpr, SOFTMAX: tl.constexpr, P_LOW: tl.constexpr, ACC_LOW: tl.constexpr,
+    L_FROM_ROUNDED: tl.constexpr, INSTRUMENT: tl.constexpr, INTERPRET: tl.constexpr,
+    LOW: tl.constexpr,
+):  # fmt: skip
+    """Key tiles [start_n, end_n), each BLOCK_N wide and one logical tile of the spec."""
+    offs_d = tl.arange(0, HEAD_DIM)
+    for start in range(start_n, end_n, BLOCK_N):
+        offs_n = start + tl.arange(0, BLOCK_N)
+        k = _load_rows(k_base, offs_n, offs_d, stride_kn, N, MASKED)
+        s_raw = _raw_scores(q, k, offs_m, offs_n, N, MASKED, CAUSAL, INTERPRET)
+        x = scores_log2(s_raw, scale, qk_scale, SCORE_LOW, LOW, INTERPRET)
+        r = tl.max(x, 1)
+        if (SOFTMAX == _STABILIZED) or INSTRUMENT:
+            n_close = tl.sum((x >= (r - tie_tol)[:, None]).to(tl.int32), 1)
+            tied = (n_close > 1) & (r > float("-inf"))
+        else:
+            tied = r > 0  # unused
+        m_new = _tile_running_max(m_i, r, tied, beta, SOFTMAX)
+        p = _p_bar(s_raw, x, m_new, qk_scale, SOFTMAX)
+        alpha = tl.exp2(m_i - m_new)
+        if P_LOW:
+            p_used = rnd(p, LOW, INTERPRET)
+        else:
+            p_used = p
+        if L_FROM_ROUNDED:
+            l_tile = tl.sum(p_used, 1)
+        else:
+            l_tile = tl.sum(p, 1)
+        v = _load_rows(v_base, offs_n, offs_d, stride_vn, N, MASKED)
+        if ACC_LOW:
+            pv = dot_maybe_low(p, v, None, P_LOW, LOW, INTERPRET)
+            acc, l_i = _accumulate(acc, l_i, pv, l_tile, alpha, LOW, INTERPRET)
+        else:
+            acc = dot_maybe_low(p, v, acc * alpha[:, None], P_LOW, LOW, INTERPRET)
+            l_i = l_i * alpha + l_tile
+        m_i = m_new
+        if INSTRUMENT:
+            row_max = tl.maximum(row_max, r)
+            tie_events += tied.to(tl.int32)
+            p_ones += tl.sum((p_used == 1.0).to(tl.int32), 1)
+    return acc, l_i, m_i, row_max, tie_events, p_ones
+
+
+@triton.jit
+def _fwd_two_pass(
+    acc, l_i, m_i, row_max, tie_events, p_ones,
+    q, k_base, v_base, stride_kn, stride_vn, offs_m, kv_end, tile_n, N,
+    scale, qk_scale, tie_tol, beta,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+    SCORE_LOW: tl.constexpr, SOFTMAX: tl.constexpr, P_LOW: tl.constexpr, ACC_LOW: tl.constexpr,
+    L_FROM_ROUNDED: tl.constexpr, INSTRUMENT: tl.constexpr, INTERPRET: tl.constexpr,
+    LOW: tl.constexpr,
+):  # fmt: skip
+    """Logical key tiles of `tile_n` keys (wider than BLOCK_N), each over BLOCK_N sub-tiles."""
+    offs_d = tl.arange(0, HEAD_DIM)
+    NEED_TIES: tl.constexpr = (SOFTMAX == _STABILIZED) or INSTRUMENT
+    for tile_start in range(0, kv_end, tile_n):
+        tile_end = tl.minimum(tile_start + tile_n, kv_end)
+        # Pass 1: the tile's row max r and its second-largest score (with multiplicity):
+        # "more than one score >= r - tol" holds exactly when the second largest is >= r - tol.
+        r = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        second = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        for start in range(tile_start, tile_end, BLOCK_N):
+            offs_n = start + tl.arange(0, BLOCK_N)
+            k = _load_rows(k_base, offs_n, offs_d, stride_kn, N, True)
+            s_raw = _raw_scores(q, k, offs_m, offs_n, N, True, CAUSAL, INTERPRET)
+            x = scores_log2(s_raw, scale, qk_scale, SCORE_LOW, LOW, INTERPRET)
+            r_sub = tl.max(x, 1)
+            if NEED_TIES:
+                at_max = x == r_sub[:, None]
+                n_at_max = tl.sum(at_max.to(tl.int32), 1)
+                below_max = tl.max(tl.where(at_max, float("-inf"), x), 1)
+                second_sub = tl.where(n_at_max > 1, r_sub, below_max)
+                second = tl.maximum(tl.maximum(second, second_sub), tl.minimum(r, r_sub))
+            r = tl.maximum(r, r_sub)
+        tied = (second >= r - tie_tol) & (r > float("-inf"))
+        m_new = _tile_running_max(m_i, r, tied, beta, SOFTMAX)
+        alpha = tl.exp2(m_i - m_new)
+        # Pass 2: P̄ with the new running max; the tile's P̄V and ℓ summed in fp32.
+        pv = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+        l_tile = tl.zeros([BLOCK_M], dtype=tl.float32)
+        for start in range(tile_start, tile_end, BLOCK_N):
+            offs_n = start + tl.arange(0, BLOCK_N)
+            k = _load_rows(k_base, offs_n, offs_d, stride_kn, N, True)
+            s_raw = _raw_scores(q, k, offs_m, offs_n, N, True, CAUSAL, INTERPRET)
+            x = scores_log2(s_raw, scale, qk_scale, SCORE_LOW, LOW, INTERPRET)
+            p = _p_bar(s_raw, x, m_new, qk_scale, SOFTMAX)
+            if P_LOW:
+                p_used = rnd(p, LOW, INTERPRET)
+            else:
+                p_used = p
+            if L_FROM_ROUNDED:
+                l_tile += tl.sum(p_used, 1)
+            else:
+                l_tile += tl.sum(p, 1)
+            v = _load_rows(v_base, offs_n, offs_d, stride_vn, N, True)
+            pv = dot_maybe_low(p, v, pv, P_LOW, LOW, INTERPRET)
+            if INSTRUMENT:
+                p_ones += tl.sum((p_used == 1.0).to(tl.int32), 1)
+        if ACC_LOW:
+            acc, l_i = _accumulate(acc, l_i, pv, l_tile, alpha, LOW, INTERPRET)
+        else:
+            acc = acc * alpha[:, None] + pv
+            l_i = l_i * alpha + l_tile
+        m_i = m_new
+        if INSTRUMENT:
+            row_max = tl.maximum(row_max, r)
+            tie_events += tied.to(tl.int32)
+    return acc, l_i, m_i, row_max, tie_events, p_ones
+
+
+@triton.jit
+def attn_fwd_kernel(
+    Q, K, V, Out, O32, LSE, ROW_MAX, TIE_EVENTS, P_ONES,
+    stride_qb, stride_qh, stride_qm,
+    stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn,
+    stride_ob, stride_oh, stride_om,
+    H, M, N, tile_n,
+    scale, qk_scale, tie_tol, beta,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    TWO_PASS: tl.constexpr, CAUSAL: tl.constexpr, SCORE_LOW: tl.constexpr,
+    SOFTMAX: tl.constexpr, P_LOW: tl.constexpr, ACC_LOW: tl.constexpr,
+    L_FROM_ROUNDED: tl.constexpr, STORE_O32: tl.constexpr, INSTRUMENT: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):  # fmt: skip
+    """One program: BLOCK_M query rows of one (batch, head).
+
+    Outputs: Out (input dtype), LSE (fp32, natural log) and, when asked, the fp32 Out before its
+    rounding (STORE_O32) and per-row stats (INSTRUMENT). LSE, stats: [B·H, M] contiguous;
+    Out and O32 share the strides `stride_o*` (their last dimension contiguous).
+    `tie_tol` is the tie tolerance in log2 units (tolerance × LOG2E).
+    """
+    LOW: tl.constexpr = Q.dtype.element_ty
+    start_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    off_b = (pid_bh // H).to(tl.int64)
+    off_h = (pid_bh % H).to(tl.int64)
+    q_base = Q + off_b * stride_qb + off_h * stride_qh
+    k_base = K + off_b * stride_kb + off_h * stride_kh
+    v_base = V + off_b * stride_vb + off_h * stride_vh
+
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = _load_rows(q_base, offs_m, offs_d, stride_qm, M, True)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    row_max = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    tie_events = tl.zeros([BLOCK_M], dtype=tl.int32)
+    p_ones = tl.zeros([BLOCK_M], dtype=tl.int32)
+
+    # Keys past the causal diagonal of the tile's last row are masked for every row: skip them.
+    if CAUSAL:
+        kv_end = tl.minimum((start_m + 1) * BLOCK_M, N)
+    else:
+        kv_end = N
+
+    if TWO_PASS:
+        acc, l_i, m_i, row_max, tie_events, p_ones = _fwd_two_pass(
+            acc, l_i, m_i, row_max, tie_events, p_ones,
+            q, k_base, v_base, stride_kn, stride_vn, offs_m, kv_end, tile_n, N,
+            scale, qk_scale, tie_tol, beta,
+            HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, SCORE_LOW, SOFTMAX, P_LOW, ACC_LOW,
+            L_FROM_ROUNDED, INSTRUMENT, INTERPRET, LOW,
+        )  # fmt: skip
+    else:
+        # Full key tiles that no row of this query tile masks run without masks.
+        full_tiles_end = (N // BLOCK_N) * BLOCK_N
+        if CAUSAL:
+            unmasked_end = tl.minimum((start_m * BLOCK_M) // BLOCK_N * BLOCK_N, full_tiles_end)
+        else:
+            unmasked_end = full_tiles_end
+        acc, l_i, m_i, row_max, tie_events, p_ones = _fwd_one_pass(
+            acc, l_i, m_i, row_max, tie_events, p_ones,
+            q, k_base, v_base, stride_kn, stride_vn, offs_m, 0, unmasked_end, N,
+            scale, qk_scale, tie_tol, beta,
+            HEAD_DIM, BLOCK_N, False, CAUSAL, SCORE_LOW, SOFTMAX, P_LOW, ACC_LOW,
+            L_FROM_ROUNDED, INSTRUMENT, INTERPRET, LOW,
+        )  # fmt: skip
+        acc, l_i, m_i, row_max, tie_events, p_ones = _fwd_one_pass(
+            acc, l_i, m_i, row_max, tie_events, p_ones,
+            q, k_base, v_base, stride_kn, stride_vn, offs_m, unmasked_end, kv_end, N,
+            scale, qk_scale, tie_tol, beta,
+            HEAD_DIM, BLOCK_N, True, CAUSAL, SCORE_LOW, SOFTMAX, P_LOW, ACC_LOW,
+            L_FROM_ROUNDED, INSTRUMENT, INTERPRET, LOW,
+        )  # fmt: skip
+
+    # Epilogue (semantics step 8): divide in fp32, round once to the output dtype.
+    o_fp32 = acc / l_i[:, None]
+    row_ok = offs_m < M
+    o_ptrs = off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :]
+    tl.store(Out + o_ptrs, to_low(o_fp32, LOW, INTERPRET), mask=row_ok[:, None])
+    if STORE_O32:
+        tl.store(O32 + o_ptrs, o_fp32, mask=row_ok[:, None])
+    row_ptrs = pid_bh.to(tl.int64) * M + offs_m
+    tl.store(LSE + row_ptrs, (m_i + tl.log2(l_i)) / 1.4426950408889634, mask=row_ok)
+    if INSTRUMENT:
+        tl.store(ROW_MAX + row_ptrs, row_max / 1.4426950408889634, mask=row_ok)
+        tl.store(TIE_EVENTS + row_ptrs, tie_events, mask=row_ok)
+        tl.store(P_ONES + row_ptrs, p_ones, mask=row_ok)

@@ -1,0 +1,339 @@
+"""`triton_attention`: the autograd.Function around the Triton kernels, and their launches.
+
+The KernelSpec switches become the kernels' `tl.constexpr` arguments (one compiled variant per
+combination in use, never a copied kernel). Launch sizes come from `flashprobe.kernels.tuning`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import triton
+
+from flashprobe.errors import FlashprobeError
+from flashprobe.kernels import tuning
+from flashprobe.kernels.backward import (
+    DELTA_DP_P,
+    DELTA_O_FP32,
+    DELTA_O_LOWP,
+    DELTA_O_RECOMPUTE,
+    attn_bwd_kernel,
+    attn_bwd_preprocess_kernel,
+)
+from flashprobe.kernels.common import (
+    LOG2E,
+    SOFTMAX_FUSED_SCALE,
+    SOFTMAX_STABILIZED,
+    SOFTMAX_STANDARD,
+)
+from flashprobe.kernels.forward import attn_fwd_kernel
+from flashprobe.spec import KernelSpec, resolve_spec
+from flashprobe.stats import AttentionStats
+
+_SOFTMAX = {
+    "standard": SOFTMAX_STANDARD,
+    "stabilized": SOFTMAX_STABILIZED,
+    "fused_scale": SOFTMAX_FUSED_SCALE,
+}
+_DELTA = {
+    "o_lowp": DELTA_O_LOWP,
+    "o_fp32": DELTA_O_FP32,
+    "o_recompute": DELTA_O_RECOMPUTE,
+    "dp_p": DELTA_DP_P,
+}
+_HEAD_DIMS = (16, 32, 64, 128, 256)
+# The compiler must not contract `x*c - m` into one FMA: "standard" subtracts the rounded
+# product exactly (the max entry's P̄ is then exactly 1), and only "fused_scale" asks for the FMA
+# (written as tl.fma). Every other multiply-add of docs/semantics.md also rounds twice.
+_NO_FP_FUSION = {"enable_fp_fusion": False}
+PREPROCESS_BLOCK_M = 64
+PREPROCESS_BLOCK_N = 64
+
+
+def interpreting() -> bool:
+    """True when the kernels were built by Triton's interpreter (TRITON_INTERPRET=1 at import)."""
+    return type(attn_fwd_kernel).__name__ == "InterpretedFunction"
+
+
+@dataclass
+class ForwardOutputs:
+    o: torch.Tensor
+    lse: torch.Tensor  # [B, H, M] fp32, natural log
+    o_fp32: torch.Tensor | None
+    stats: AttentionStats | None
+
+
+def triton_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    spec: KernelSpec | str | Any = None,
+    scale: float | None = None,
+    return_stats: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, AttentionStats]:
+    """Flash attention with the rounding points of `spec` (docs/semantics.md); differentiable.
+
+    q: [B, H, M, D], k and v: [B, H, N, D], bf16 or fp16, on CUDA (or on CPU under
+    TRITON_INTERPRET=1). Causal masking is top-left aligned. Returns o [B, H, M, D] in the input
+    dtype, plus per-row AttentionStats when `return_stats` (instrumentation costs nothing when
+    off: it is a compile-time switch).
+    """
+    spec = resolve_spec(spec)
+    scale = _check_inputs(q, k, v, scale)
+    if return_stats:
+        o, lse, row_max, tie_events, p_ones = _TritonAttention.apply(
+            q, k, v, causal, spec, scale, True
+        )
+        return o, AttentionStats(lse=lse, row_max=row_max, tie_events=tie_events, p_bar_ones=p_ones)
+    return _TritonAttention.apply(q, k, v, causal, spec, scale, False)
+
+
+class _TritonAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        causal: bool,
+        spec: KernelSpec,
+        scale: float,
+        return_stats: bool,
+    ) -> Any:
+        q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
+        out = attention_forward(q, k, v, causal=causal, spec=spec, scale=scale,
+                                instrument=return_stats,
+                                keep_o_fp32=spec.delta_source == "o_fp32")  # fmt: skip
+        ctx.save_for_backward(q, k, v, out.o, out.lse, out.o_fp32)
+        ctx.causal, ctx.spec, ctx.scale = causal, spec, scale
+        if not return_stats:
+            return out.o
+        stats = out.stats
+        assert stats is not None
+        extras = (stats.lse, stats.row_max, stats.tie_events, stats.p_bar_ones)
+        ctx.mark_non_differentiable(*extras)
+        return (out.o, *extras)
+
+    @staticmethod
+    def backward(ctx: Any, do: torch.Tensor, *_unused: Any) -> Any:
+        q, k, v, o, lse, o_fp32 = ctx.saved_tensors
+        dq, dk, dv = attention_backward(q, k, v, o, lse, do, causal=ctx.causal, spec=ctx.spec,
+                                        scale=ctx.scale, o_fp32=o_fp32)  # fmt: skip
+        return dq, dk, dv, None, None, None, None
+
+
+# -- launches ---------------------------------------------------------------------------------
+def attention_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    spec: KernelSpec,
+    scale: float,
+    instrument: bool = False,
+    keep_o_fp32: bool = False,
+    config: tuning.FwdConfig | None = None,
+) -> ForwardOutputs:
+    """Launch the forward kernel (no autograd). Inputs' last dimension must be contiguous."""
+    batch, heads, seq_q, head_dim = q.shape
+    seq_k = k.shape[2]
+    device = q.device
+    o = torch.empty((batch, heads, seq_q, head_dim), device=device, dtype=q.dtype)
+    o32 = torch.empty(o.shape, device=device, dtype=torch.float32) if keep_o_fp32 else o
+    lse = torch.empty((batch, heads, seq_q), device=device, dtype=torch.float32)
+    if instrument:
+        row_max = torch.empty_like(lse)
+        tie_events = torch.empty(lse.shape, device=device, dtype=torch.int32)
+        p_ones = torch.empty_like(tie_events)
+    else:  # never written: the kernel's INSTRUMENT branch is compiled out
+        row_max, tie_events, p_ones = lse, lse, lse
+
+    # The logical key tile: spec.block_n, or the whole sequence when untiled.
+    logical_n = seq_k if spec.block_n is None else spec.block_n
+    one_pass_n = max(16, triton.next_power_of_2(logical_n))
+    if config is None:
+        two_pass = one_pass_n > tuning.MAX_ONE_PASS_N
+        config = _forward_config(q, head_dim, causal, spec, two_pass)
+    two_pass = one_pass_n > config.max_one_pass
+    block_n = config.sub_n if two_pass else one_pass_n
+    block_m = config.block_m
+    if spec.block_m is not None and spec.block_m <= 128 and not interpreting():
+        block_m = spec.block_m  # honoured where it fits in registers; numerically inert
+    grid = (triton.cdiv(seq_q, block_m), batch * heads)
+    attn_fwd_kernel[grid](
+        q, k, v, o, o32, lse, row_max, tie_events, p_ones,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        o.stride(0), o.stride(1), o.stride(2),
+        heads, seq_q, seq_k, max(logical_n, 1),
+        scale, scale * LOG2E, spec.tie_tolerance * LOG2E, spec.beta,
+        HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
+        TWO_PASS=two_pass, CAUSAL=causal, SCORE_LOW=spec.score_precision == "bf16",
+        SOFTMAX=_SOFTMAX[spec.softmax], P_LOW=spec.p_bar_precision == "bf16",
+        ACC_LOW=spec.accumulator == "bf16", L_FROM_ROUNDED=spec.l_from_rounded_p,
+        STORE_O32=keep_o_fp32, INSTRUMENT=instrument, INTERPRET=interpreting(),
+        num_warps=config.num_warps, num_stages=config.num_stages, **_NO_FP_FUSION,
+    )  # fmt: skip
+    stats = None
+    if instrument:
+        stats = AttentionStats(lse=lse, row_max=row_max, tie_events=tie_events, p_bar_ones=p_ones)
+    return ForwardOutputs(o=o, lse=lse, o_fp32=o32 if keep_o_fp32 else None, stats=stats)
+
+
+def attention_delta(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    do: torch.Tensor,
+    *,
+    causal: bool,
+    spec: KernelSpec,
+    scale: float,
+    o_fp32: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """δ per query row ([B, H, M] fp32) by spec.delta_source and spec.delta_precision.
+
+    o, o_fp32 and do must be contiguous (they share strides in the kernel).
+    """
+    batch, heads, seq_q, head_dim = q.shape
+    source = _DELTA[spec.delta_source]
+    if source == DELTA_O_FP32 and o_fp32 is None:
+        raise FlashprobeError("delta_source 'o_fp32' needs the forward's fp32 O")
+    delta = torch.empty((batch, heads, seq_q), device=q.device, dtype=torch.float32)
+    block_m = 16 if interpreting() else PREPROCESS_BLOCK_M
+    block_n = 32 if interpreting() else PREPROCESS_BLOCK_N
+    grid = (triton.cdiv(seq_q, block_m), batch * heads)
+    attn_bwd_preprocess_kernel[grid](
+        o, o_fp32 if o_fp32 is not None else o, do, delta, q, k, v, lse,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        o.stride(0), o.stride(1), o.stride(2),
+        heads, seq_q, k.shape[2], scale, scale * LOG2E,
+        HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, SOURCE=source, CAUSAL=causal,
+        SCORE_LOW=spec.score_precision == "bf16", FUSED=spec.softmax == "fused_scale",
+        DELTA_LOW=spec.delta_precision == "bf16", INTERPRET=interpreting(),
+        num_warps=4, num_stages=2 if source >= DELTA_O_RECOMPUTE else 1, **_NO_FP_FUSION,
+    )  # fmt: skip
+    return delta
+
+
+def attention_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    do: torch.Tensor,
+    *,
+    causal: bool,
+    spec: KernelSpec,
+    scale: float,
+    o_fp32: torch.Tensor | None = None,
+    config: tuning.BwdConfig | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """δ preprocess, then dQ, dK, dV (input dtype, contiguous)."""
+    batch, heads, seq_q, head_dim = q.shape
+    seq_k = k.shape[2]
+    do = do.contiguous()
+    delta = attention_delta(q, k, v, o, lse, do, causal=causal, spec=spec, scale=scale,
+                            o_fp32=o_fp32)  # fmt: skip
+    dq = torch.empty((batch, heads, seq_q, head_dim), device=q.device, dtype=q.dtype)
+    dk = torch.empty((batch, heads, seq_k, head_dim), device=q.device, dtype=q.dtype)
+    dv = torch.empty_like(dk)
+    fp32_dots = spec.p_bar_precision == "fp32" or spec.ds_precision == "fp32"
+    if config is None:
+        config = _backward_config(q, head_dim, causal, fp32_dots)
+    grid = (
+        max(triton.cdiv(seq_k, config.block_n1), triton.cdiv(seq_q, config.block_m2)),
+        batch * heads,
+    )
+    attn_bwd_kernel[grid](
+        q, k, v, do, dq, dk, dv, lse, delta,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        do.stride(0), do.stride(1), do.stride(2),
+        dq.stride(0), dq.stride(1), dq.stride(2),
+        dk.stride(0), dk.stride(1), dk.stride(2),
+        heads, seq_q, seq_k, scale, scale * LOG2E,
+        HEAD_DIM=head_dim,
+        BLOCK_M1=config.block_m1, BLOCK_N1=config.block_n1,
+        BLOCK_M2=config.block_m2, BLOCK_N2=config.block_n2,
+        CAUSAL=causal, SCORE_LOW=spec.score_precision == "bf16",
+        FUSED=spec.softmax == "fused_scale", P_LOW=spec.p_bar_precision == "bf16",
+        DS_LOW=spec.ds_precision == "bf16", INTERPRET=interpreting(),
+        num_warps=config.num_warps, num_stages=config.num_stages, **_NO_FP_FUSION,
+    )  # fmt: skip
+    return dq, dk, dv
+
+
+# -- helpers ----------------------------------------------------------------------------------
+def _forward_config(
+    q: torch.Tensor, head_dim: int, causal: bool, spec: KernelSpec, two_pass: bool
+) -> tuning.FwdConfig:
+    if interpreting():
+        return tuning.INTERPRETER_FWD
+    variant = tuning.fwd_variant(
+        two_pass, spec.p_bar_precision == "fp32", spec.accumulator == "bf16"
+    )
+    return tuning.forward_config(
+        tuning.arch_name(q.device), head_dim, causal, spec.block_n,
+        tuning.dtype_name(q.dtype), variant,
+    )  # fmt: skip
+
+
+def _backward_config(
+    q: torch.Tensor, head_dim: int, causal: bool, fp32_dots: bool
+) -> tuning.BwdConfig:
+    if interpreting():
+        return tuning.INTERPRETER_BWD
+    return tuning.backward_config(
+        tuning.arch_name(q.device), head_dim, causal, tuning.dtype_name(q.dtype),
+        tuning.bwd_variant(fp32_dots),
+    )  # fmt: skip
+
+
+def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> float:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise FlashprobeError(f"{name} must be a 4-D tensor [batch, heads, seq, head_dim]")
+        if t.dtype not in (torch.bfloat16, torch.float16):
+            raise FlashprobeError(
+                f"{name} must be bf16 or fp16 for the Triton kernels, got {t.dtype}"
+            )
+    if not (q.dtype == k.dtype == v.dtype):
+        raise FlashprobeError("q, k and v must share one dtype")
+    if not (q.device == k.device == v.device):
+        raise FlashprobeError("q, k and v must be on one device")
+    batch, heads, _, head_dim = q.shape
+    if k.shape[:2] != (batch, heads) or v.shape[:2] != (batch, heads):
+        raise FlashprobeError("q, k and v must share batch and head counts")
+    if k.shape != v.shape or k.shape[3] != head_dim:
+        raise FlashprobeError("k and v must have one shape, with q's head_dim")
+    if head_dim not in _HEAD_DIMS:
+        raise FlashprobeError(f"head_dim must be one of {_HEAD_DIMS} for the Triton kernels")
+    if q.shape[2] == 0 or k.shape[2] == 0:
+        raise FlashprobeError("sequence lengths must be positive")
+    if q.device.type != "cuda" and not interpreting():
+        raise FlashprobeError(
+            "the Triton kernels need CUDA tensors; on CPU set TRITON_INTERPRET=1 before "
+            "importing flashprobe.kernels"
+        )
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
+    if not (math.isfinite(scale) and scale > 0):
+        raise FlashprobeError(f"scale must be a finite number > 0, got {scale}")
+    return scale

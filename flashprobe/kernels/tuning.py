@@ -1,0 +1,123 @@
+"""Launch configurations: tuned ones kept in kernels/tuned/*.json, heuristics otherwise.
+
+The forward's query tile and the backward's block sizes only change the order of fp32
+additions, so they are free performance choices. The forward's key tile is the spec's
+`block_n` (a numerics choice); wider logical tiles run as `sub_n`-wide physical sub-tiles.
+
+Tuned files are keyed by GPU architecture (`sm90.json`: Hopper), then by
+`fwd|d{head_dim}|{causal|full}|bn{block_n}|{dtype}|{variant}` and
+`bwd|d{head_dim}|{causal|full}|{dtype}|{variant}`. A missing entry falls back to the
+heuristics below; nothing is tuned at run time (see `flashprobe.kernels.bench.tune`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+TUNED_DIR = Path(__file__).parent / "tuned"
+#: Widest key tile run in one pass; wider logical tiles are split into sub-tiles.
+MAX_ONE_PASS_N = 128
+
+
+@dataclass(frozen=True)
+class FwdConfig:
+    block_m: int
+    sub_n: int  # physical key sub-tile of the two-pass path (ignored when one pass)
+    num_warps: int
+    num_stages: int
+    #: Widest logical key tile run in one pass; wider ones are split into sub_n sub-tiles.
+    max_one_pass: int = MAX_ONE_PASS_N
+
+
+@dataclass(frozen=True)
+class BwdConfig:
+    block_m1: int
+    block_n1: int
+    block_m2: int
+    block_n2: int
+    num_warps: int
+    num_stages: int
+
+
+#: Small tiles for the CPU interpreter: its cost grows with tile area, not with launches.
+INTERPRETER_FWD = FwdConfig(block_m=16, sub_n=32, num_warps=4, num_stages=1, max_one_pass=64)
+INTERPRETER_BWD = BwdConfig(16, 32, 32, 16, num_warps=4, num_stages=1)
+
+
+def arch_name(device: torch.device) -> str:
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm{major}{minor}"
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return "fp16" if dtype == torch.float16 else "bf16"
+
+
+def fwd_variant(two_pass: bool, fp32_p: bool, acc_low: bool) -> str:
+    """Kernel variants whose register needs differ enough to want their own configs."""
+    parts = ["twopass" if two_pass else "onepass"]
+    if fp32_p:
+        parts.append("p32")
+    if acc_low:
+        parts.append("acc16")
+    return "-".join(parts)
+
+
+def bwd_variant(fp32_dots: bool) -> str:
+    return "dot32" if fp32_dots else "dot16"
+
+
+def fwd_key(head_dim: int, causal: bool, block_n: int | None, dtype: str, variant: str) -> str:
+    mask = "causal" if causal else "full"
+    bn = "full" if block_n is None else str(block_n)
+    return f"fwd|d{head_dim}|{mask}|bn{bn}|{dtype}|{variant}"
+
+
+def bwd_key(head_dim: int, causal: bool, dtype: str, variant: str) -> str:
+    mask = "causal" if causal else "full"
+    return f"bwd|d{head_dim}|{mask}|{dtype}|{variant}"
+
+
+@functools.cache
+def load_tuned(arch: str) -> dict[str, dict[str, int]]:
+    path = TUNED_DIR / f"{arch}.json"
+    if not path.is_file():
+        return {}
+    return json.loads(path.read_text())
+
+
+def forward_config(
+    arch: str, head_dim: int, causal: bool, block_n: int | None, dtype: str, variant: str
+) -> FwdConfig:
+    entry = load_tuned(arch).get(fwd_key(head_dim, causal, block_n, dtype, variant))
+    if entry is not None:
+        return FwdConfig(**entry)
+    two_pass = variant.startswith("twopass")
+    heavy = two_pass or "p32" in variant or "acc16" in variant
+    if heavy or head_dim > 128:
+        return FwdConfig(block_m=64, sub_n=64, num_warps=4, num_stages=2)
+    if head_dim <= 64:
+        return FwdConfig(block_m=128, sub_n=64, num_warps=4, num_stages=4)
+    return FwdConfig(block_m=128, sub_n=64, num_warps=8, num_stages=3)
+
+
+def backward_config(arch: str, head_dim: int, causal: bool, dtype: str, variant: str) -> BwdConfig:
+    entry = load_tuned(arch).get(bwd_key(head_dim, causal, dtype, variant))
+    if entry is not None:
+        return BwdConfig(**entry)
+    if head_dim > 128:
+        if variant == "dot32":
+            return BwdConfig(16, 64, 64, 16, num_warps=4, num_stages=1)
+        return BwdConfig(32, 64, 64, 32, num_warps=8, num_stages=1)
+    if variant == "dot32":
+        return BwdConfig(32, 64, 64, 32, num_warps=4, num_stages=2)
+    return BwdConfig(32, 128, 128, 32, num_warps=4, num_stages=3 if head_dim > 64 else 5)
+
+
+def config_dict(config: FwdConfig | BwdConfig) -> dict[str, int]:
+    return asdict(config)

@@ -1,0 +1,353 @@
+"""The Triton kernels against the fp64 golden (error gate) and the emulator (same rounding points).
+
+CPU cases run under Triton's interpreter (TRITON_INTERPRET=1, set by this directory's conftest
+before the kernels are imported); CUDA cases carry the `gpu` mark (`pytest -m gpu` on the H200).
+
+Kernel vs emulator bound. Both follow docs/semantics.md step by step, so they differ only where
+fp32 sums are added in another order (q·kᵀ, ℓ, P̄V, the backward's products) or exp2 differs
+in its last bit (the GPU's ex2.approx against torch.exp2). Such a difference of a few fp32 ulps
+moves a value across a 16-bit rounding boundary only rarely, and then by one 16-bit ulp: a
+stored output by one ulp, or an intermediate (P̄, dS, a bf16 accumulator) whose one-ulp change
+moves its row of o or of a gradient by at most about one ulp of the row's largest entry. So for
+o, dq, dk and dv we require: at most `MAX_MISMATCH` of the elements differ at all, and each
+differs by at most `MAX_ULPS` 16-bit ulps of its own value (`MAX_ULPS_BF16_ACC` with bf16
+accumulators, whose flips carry into later tiles) plus `FLIP_SLACK` ulps of its row's largest
+entry. A wrong rounding point moves most elements, so the mismatch fraction catches it.
+lse, δ: fp32 values, |Δ| ≤ 1e-5·(1 + |x|) (2⁻⁷ where bf16 scores, accumulators or δ round).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():  # before the kernels are imported (see conftest.py)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from flashprobe.errors import FlashprobeError
+from flashprobe.kernels import launch, triton_attention
+from flashprobe.kernels.tuning import FwdConfig
+from flashprobe.numerics.gate import (
+    assert_gate,
+    reference_attention,
+    reference_grads,
+)
+from flashprobe.reference.emulator import emulate_forward
+from flashprobe.reference.emulator_backward import emulate_backward
+from flashprobe.reference.golden import golden_backward, golden_forward
+from flashprobe.spec import PRESETS, KernelSpec, make_spec
+
+INTERPRETED = launch.interpreting()
+HAVE_GPU = torch.cuda.is_available() and not INTERPRETED
+
+DEVICES = [
+    pytest.param(
+        "cpu", marks=pytest.mark.skipif(not INTERPRETED, reason="needs TRITON_INTERPRET=1")
+    ),
+    pytest.param(
+        "cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not HAVE_GPU, reason="no GPU")]
+    ),
+]
+MAX_MISMATCH = 0.05
+MAX_ULPS = 1.0
+MAX_ULPS_BF16_ACC = 4.0
+FLIP_SLACK = 2.0
+
+
+def sizes(device: str) -> dict[str, int]:
+    """Small problems for the interpreter, GPU-sized ones (several key tiles) on CUDA."""
+    if device == "cpu":
+        return {"b": 1, "h": 2, "m": 70, "n": 70, "d": 32}
+    return {"b": 2, "h": 3, "m": 1000, "n": 1000, "d": 64}
+
+
+def qkv_do(b, h, m, n, d, dtype, device, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    shapes = [(b, h, m, d), (b, h, n, d), (b, h, n, d), (b, h, m, d)]
+    return [torch.randn(s, generator=gen).to(device=device, dtype=dtype) for s in shapes]
+
+
+def run_kernel(q, k, v, do, spec, causal, scale=None):
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    o, stats = triton_attention(*leaves, causal=causal, spec=spec, scale=scale, return_stats=True)
+    dq, dk, dv = torch.autograd.grad(o, leaves, do)
+    return o.detach(), stats, dq, dk, dv
+
+
+def assert_close_to_emulator(name: str, got: torch.Tensor, want: torch.Tensor, ulps: float) -> None:
+    """At most MAX_MISMATCH of the elements differ; none by more than `ulps` 16-bit ulps of the
+    emulator's value plus FLIP_SLACK ulps of the largest value of its row."""
+    assert got.dtype == want.dtype and got.shape == want.shape, name
+    assert bool(torch.isfinite(got).all()), f"{name}: non-finite values"
+    g, w = got.double(), want.double()
+    diff = (g - w).abs()
+    mantissa = 7 if want.dtype == torch.bfloat16 else 10
+    tiny = w.abs().max().clamp_min(1e-30) * 2.0**-30
+    ulp = torch.exp2(torch.floor(torch.log2(w.abs().clamp_min(tiny))) - mantissa)
+    # Rows whose exact value is ~0 (dq of a causal row that sees one key) keep only rounding
+    # noise: measure them against the tensor's mean magnitude instead.
+    row_scale = w.abs().amax(-1, keepdim=True).clamp_min(w.abs().mean().item())
+    row_ulp = torch.exp2(torch.floor(torch.log2(row_scale.clamp_min(tiny))))
+    allowed = ulps * ulp + FLIP_SLACK * row_ulp * 2.0**-mantissa
+    worst = (diff / allowed).max().item()
+    frac = (diff > 0).double().mean().item()
+    assert worst <= 1.0, f"{name}: {worst:.2f} × the allowed difference from the emulator"
+    assert frac <= MAX_MISMATCH, f"{name}: {frac:.2%} of elements differ from the emulator"
+
+
+def assert_fp32_close(name: str, got: torch.Tensor, want: torch.Tensor, atol: float) -> None:
+    assert bool(torch.isfinite(got).all()), f"{name}: non-finite values"
+    err = ((got.double() - want.double()).abs() / (1 + want.double().abs())).max().item()
+    assert err <= atol, f"{name}: {err:.2e} from the emulator"
+
+
+# -- golden gate ------------------------------------------------------------------------------
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_presets_within_gate_of_golden(device: str, preset: str, causal: bool) -> None:
+    sz = sizes(device)
+    q, k, v, do = qkv_do(**sz, dtype=torch.bfloat16, device=device, seed=1)
+    check_gate(q, k, v, do, make_spec(preset), causal)
+
+
+def random_spec(rng: torch.Generator) -> KernelSpec:
+    def pick(options):
+        return options[int(torch.randint(len(options), (1,), generator=rng))]
+
+    score = pick(["fp32", "bf16"])
+    softmax = pick(["standard", "stabilized"] + (["fused_scale"] if score == "fp32" else []))
+    return make_spec(
+        "fa2",
+        {
+            "block_n": pick([16, 32, 64, 128, 256, None]),
+            "score_precision": score,
+            "softmax": softmax,
+            "beta": pick([2.0, 4.0, 8.0]),
+            "p_bar_precision": pick(["bf16", "fp32"]),
+            "accumulator": pick(["fp32", "bf16"]),
+            "l_from_rounded_p": pick([False, True]),
+            "delta_source": pick(["o_lowp", "o_fp32", "o_recompute", "dp_p"]),
+            "delta_precision": pick(["fp32", "bf16"]),
+            "ds_precision": pick(["bf16", "fp32"]),
+        },
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("seed", range(6))
+def test_random_shapes_and_switches_within_gate(device: str, seed: int) -> None:
+    rng = torch.Generator().manual_seed(seed)
+    spec = random_spec(rng)
+    causal = bool(seed % 2)
+    dtype = torch.float16 if seed % 3 == 2 else torch.bfloat16
+    if device == "cpu":
+        m, n = (int(x) for x in torch.randint(1, 90, (2,), generator=rng))
+        d = [16, 32, 64][seed % 3]
+        b, h = 1 + seed % 2, 1 + (seed // 2) % 2
+    else:
+        m, n = (int(x) for x in torch.randint(1, 2500, (2,), generator=rng))
+        d = [32, 64, 128, 256][seed % 4]
+        b, h = 1 + seed % 2, 3
+    q, k, v, do = qkv_do(b, h, m, n, d, dtype, device, seed=seed)
+    check_gate(q, k, v, do, spec, causal, label=f"{spec.describe()} M{m} N{n} D{d} {dtype}")
+
+
+def check_gate(q, k, v, do, spec, causal, label=""):
+    o, stats, dq, dk, dv = run_kernel(q, k, v, do, spec, causal)
+    gold = golden_forward(q, k, v, causal=causal)
+    gold_grads = golden_backward(q, k, v, do, causal=causal)
+    ref_o, ref_lse = reference_attention(q, k, v, causal=causal)
+    ref_grads = reference_grads(q, k, v, do, causal=causal)
+    delta = kernel_delta(q, k, v, do, spec, causal)
+    ref_delta = (do * ref_o).sum(-1)  # same-dtype PyTorch: a 16-bit δ from the 16-bit O
+    checks = [
+        ("o", o, ref_o, gold.o),
+        ("lse", stats.lse, ref_lse, gold.lse),
+        ("delta", delta, ref_delta, gold_grads.delta),
+        ("dq", dq, ref_grads[0], gold_grads.dq),
+        ("dk", dk, ref_grads[1], gold_grads.dk),
+        ("dv", dv, ref_grads[2], gold_grads.dv),
+    ]
+    for name, got, ref, want in checks:
+        assert_gate(f"{label} {name}", got, ref, want, dtype=q.dtype)
+
+
+def kernel_delta(q, k, v, do, spec, causal, scale=None):
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    out = launch.attention_forward(
+        q, k, v, causal=causal, spec=spec, scale=scale, keep_o_fp32=spec.delta_source == "o_fp32"
+    )
+    return launch.attention_delta(
+        q,
+        k,
+        v,
+        out.o,
+        out.lse,
+        do.contiguous(),
+        causal=causal,
+        spec=spec,
+        scale=scale,
+        o_fp32=out.o_fp32,
+    )
+
+
+# -- emulator: same rounding points -----------------------------------------------------------
+EMULATOR_SPECS = {
+    **{name: PRESETS[name] for name in PRESETS},
+    "fused_scale": make_spec("fa2", {"softmax": "fused_scale"}),
+    "untiled": make_spec("fa2", {"block_n": None}),
+    "bn16-bf16scores": make_spec("fa2", {"block_n": 16, "score_precision": "bf16"}),
+    "bn128-stab-beta8": make_spec("sfa", {"block_n": 128, "beta": 8.0}),
+    "l-rounded-acc16": make_spec("fa2", {"l_from_rounded_p": True, "accumulator": "bf16"}),
+    "dp_p-bf16delta": make_spec("fa2", {"delta_source": "dp_p", "delta_precision": "bf16"}),
+    "o_recompute-p32": make_spec("fa2", {"delta_source": "o_recompute", "p_bar_precision": "fp32"}),
+    "o_fp32-ds32": make_spec("fa2", {"delta_source": "o_fp32", "ds_precision": "fp32"}),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("name", list(EMULATOR_SPECS))
+def test_matches_emulator(device: str, name: str, causal: bool) -> None:
+    spec = EMULATOR_SPECS[name]
+    sz = sizes(device)
+    q, k, v, do = qkv_do(**sz, dtype=torch.bfloat16, device=device, seed=2)
+    o, stats, dq, dk, dv = run_kernel(q, k, v, do, spec, causal)
+    emu = emulate_forward(q, k, v, spec, causal=causal)
+    acc16 = spec.accumulator == "bf16"
+    assert_close_to_emulator("o", o, emu.o, MAX_ULPS_BF16_ACC if acc16 else MAX_ULPS)
+    # A bf16 score (or ℓ) that rounds the other way moves lse by up to ~2⁻⁸ of that entry's share.
+    coarse = acc16 or spec.score_precision == "bf16"
+    assert_fp32_close("lse", stats.lse, emu.lse, 2.0**-7 if coarse else 1e-5)
+    assert_fp32_close("row_max", stats.row_max, emu.stats.row_max, 1e-5)
+    # Ties compare fp32 scores with a threshold: a score within an fp32 ulp of it may count on
+    # one side only, so allow a handful of rows to differ.
+    ties_diff = (stats.tie_events - emu.stats.tie_events.to(stats.tie_events.dtype)).abs()
+    assert ties_diff.sum().item() <= 1e-3 * ties_diff.numel() + 2
+    # P̄ == 1 depends on the exact fp32 x − m: the count may move where a sum order differs.
+    ones_diff = (stats.p_bar_ones - emu.stats.p_bar_ones.to(stats.p_bar_ones.dtype)).abs()
+    assert ones_diff.sum().item() <= 0.01 * emu.stats.p_bar_ones.sum().item() + 2
+    # Backward from the kernel's own forward outputs, so only the backward is compared.
+    o32 = None
+    if spec.delta_source == "o_fp32":
+        out = launch.attention_forward(
+            q, k, v, causal=causal, spec=spec, scale=default_scale(q), keep_o_fp32=True
+        )
+        assert torch.equal(out.o, o)
+        o32 = out.o_fp32
+    emu_b = emulate_backward(q, k, v, o, do, stats.lse, spec, causal=causal, o_fp32=o32)
+    delta = launch.attention_delta(
+        q, k, v, o, stats.lse, do, causal=causal, spec=spec, scale=default_scale(q), o_fp32=o32
+    )
+    delta_tol = 2.0**-7 if spec.delta_precision == "bf16" else 1e-5
+    assert_fp32_close("delta", delta, emu_b.delta, delta_tol)
+    for grad_name, got, want in (("dq", dq, emu_b.dq), ("dk", dk, emu_b.dk), ("dv", dv, emu_b.dv)):
+        assert_close_to_emulator(grad_name, got, want, MAX_ULPS)
+
+
+def default_scale(q: torch.Tensor) -> float:
+    return 1.0 / math.sqrt(q.shape[-1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_two_pass_equals_one_pass(device: str) -> None:
+    """A 64-key logical tile run as two 32-key sub-tiles equals the one-pass tile."""
+    sz = sizes(device)
+    q, k, v, _ = qkv_do(**sz, dtype=torch.bfloat16, device=device, seed=3)
+    spec = make_spec("paper-sfa", {"block_n": 64})
+    scale = default_scale(q)
+    outs = []
+    for max_one_pass in (64, 32):
+        config = FwdConfig(
+            block_m=16 if device == "cpu" else 64,
+            sub_n=32,
+            num_warps=4,
+            num_stages=1 if device == "cpu" else 2,
+            max_one_pass=max_one_pass,
+        )
+        outs.append(
+            launch.attention_forward(
+                q, k, v, causal=True, spec=spec, scale=scale, instrument=True, config=config
+            )
+        )
+    assert_close_to_emulator("o", outs[1].o, outs[0].o, MAX_ULPS_BF16_ACC)
+    assert torch.equal(outs[0].stats.tie_events, outs[1].stats.tie_events)
+    assert torch.equal(outs[0].stats.row_max, outs[1].stats.row_max)
+
+
+# -- stabilized softmax on tied maxima --------------------------------------------------------
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("base", ["fa2", "paper-code"])
+def test_stabilized_leaves_no_p_bar_one_on_ties(device: str, base: str) -> None:
+    sz = sizes(device)
+    q, k, v, do = qkv_do(**sz, dtype=torch.bfloat16, device=device, seed=4)
+    k[:, :, 1::2] = k[:, :, 0:-1:2]  # every key twice in a row: each tile's row max is tied
+    standard = make_spec(base)
+    stabilized = standard.replace(softmax="stabilized")
+    o_std, st_std, *_ = run_kernel(q, k, v, do, standard, causal=False)
+    o_stab, st_stab, *grads = run_kernel(q, k, v, do, stabilized, causal=False)
+    n_tiles = math.ceil(sz["n"] / (standard.block_n or sz["n"]))
+    assert bool((st_std.tie_events == n_tiles).all()), "every (row, tile) should be tied"
+    assert bool((st_std.p_bar_ones >= 1).all())
+    assert int(st_stab.p_bar_ones.sum()) == 0
+    assert torch.equal(st_stab.tie_events, st_std.tie_events)
+    # Same softmax up to rounding: both within the gate, and close to each other.
+    gold = golden_forward(q, k, v, causal=False)
+    ref_o, _ = reference_attention(q, k, v, causal=False)
+    assert_gate("stabilized o", o_stab, ref_o, gold.o, dtype=q.dtype)
+    assert (o_stab.double() - o_std.double()).norm() <= 0.02 * o_std.double().norm()
+    assert torch.allclose(st_stab.lse, st_std.lse, atol=1e-2)
+    assert all(bool(torch.isfinite(g).all()) for g in grads)
+
+
+# -- layout, masks, errors --------------------------------------------------------------------
+@pytest.mark.parametrize("device", DEVICES)
+def test_non_contiguous_inputs_give_the_same_result(device: str) -> None:
+    sz = sizes(device)
+    b, h, m, d = sz["b"], sz["h"], sz["m"], sz["d"]
+    gen = torch.Generator().manual_seed(5)
+    qkv = torch.randn(b, m, 3, h, d, generator=gen).to(device=device, dtype=torch.bfloat16)
+    q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # [B, H, M, D] strided views
+    assert not q.is_contiguous()
+    do = torch.randn(b, h, m, d, generator=gen).to(device=device, dtype=torch.bfloat16)
+    spec = make_spec("sfa")
+    strided = run_kernel(q, k, v, do.transpose(-1, -2).contiguous().transpose(-1, -2), spec, True)
+    packed = run_kernel(q.contiguous(), k.contiguous(), v.contiguous(), do, spec, True)
+    for a, b_ in zip(strided[:1] + strided[2:], packed[:1] + packed[2:], strict=True):
+        assert torch.equal(a, b_)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(("m", "n"), [(1, 17), (37, 5), (16, 100)])
+def test_ragged_lengths_causal(device: str, m: int, n: int) -> None:
+    q, k, v, do = qkv_do(1, 2, m, n, 32, torch.bfloat16, device, seed=m + n)
+    check_gate(q, k, v, do, PRESETS["fa2"], causal=True, label=f"M{m} N{n}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_deterministic(device: str) -> None:
+    sz = sizes(device)
+    q, k, v, do = qkv_do(**sz, dtype=torch.bfloat16, device=device, seed=6)
+    first = run_kernel(q, k, v, do, PRESETS["fa2"], True)
+    second = run_kernel(q, k, v, do, PRESETS["fa2"], True)
+    for a, b in zip(first[2:], second[2:], strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype", "scale", "match"),
+    [
+        ((1, 1, 8, 48), torch.bfloat16, None, "head_dim"),
+        ((1, 1, 8, 32), torch.float32, None, "bf16 or fp16"),
+        ((1, 1, 8, 32), torch.bfloat16, -1.0, "scale"),
+        ((1, 8, 32), torch.bfloat16, None, "4-D"),
+    ],
+)
+def test_bad_inputs_raise(shape: tuple[int, ...], dtype: torch.dtype, scale, match: str) -> None:
+    q = torch.randn(shape).to(dtype)
+    with pytest.raises(FlashprobeError, match=match):
+        triton_attention(q, q, q, causal=False, spec="fa2", scale=scale)
