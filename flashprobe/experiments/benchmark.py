@@ -121,15 +121,17 @@ def run_benchmark(
 
     timings: list[Timing] = []
     for shape in shapes:
-        q, k, v, do = _inputs(shape, seed)
+        q, k, v, do = make_inputs(shape, seed)
         for impl in impls:
-            attend = _attend_fn(impl, shape)
+            attend = attend_fn(impl, shape)
             for mode in modes:
+                if impl.instrument and mode == "bwd":
+                    continue  # instrumentation lives in the forward; its backward is the same
                 if progress:
                     progress(f"{shape.label()} {impl.name} {mode}")
                 try:
                     ms = do_bench(
-                        _step(attend, q, k, v, do, mode), warmup=25, rep=100, return_mode="median"
+                        step_fn(attend, q, k, v, do, mode), warmup=25, rep=100, return_mode="median"
                     )
                 except (RuntimeError, FlashprobeError) as exc:  # e.g. a backend not built here
                     timings.append(Timing(shape, impl.name, mode, None, None, _first_line(exc)))
@@ -151,8 +153,8 @@ def ratio_table(timings: Sequence[Timing], baseline: str) -> dict[tuple, float |
     return out
 
 
-# -- internals -------------------------------------------------------------------------------
-def _inputs(shape: BenchShape, seed: int) -> tuple[torch.Tensor, ...]:
+# -- building blocks (also used by scripts/gpu_kernels.py) -------------------------------
+def make_inputs(shape: BenchShape, seed: int = 0) -> tuple[torch.Tensor, ...]:
     if shape.dtype not in _DTYPES:
         raise FlashprobeError(f"dtype must be one of {', '.join(_DTYPES)}, got {shape.dtype!r}")
     gen = torch.Generator(device="cuda").manual_seed(seed)
@@ -162,7 +164,7 @@ def _inputs(shape: BenchShape, seed: int) -> tuple[torch.Tensor, ...]:
     return q, k, v, do
 
 
-def _attend_fn(impl: Implementation, shape: BenchShape) -> Callable[..., torch.Tensor]:
+def attend_fn(impl: Implementation, shape: BenchShape) -> Callable[..., torch.Tensor]:
     scale = 1.0 / math.sqrt(shape.head_dim)
     if impl.spec is not None:
         from flashprobe.api import attention
@@ -194,7 +196,7 @@ def _attend_fn(impl: Implementation, shape: BenchShape) -> Callable[..., torch.T
     return attend_sdpa
 
 
-def _step(
+def step_fn(
     attend: Callable[..., torch.Tensor],
     q: torch.Tensor,
     k: torch.Tensor,

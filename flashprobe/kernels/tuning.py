@@ -7,7 +7,7 @@ additions, so they are free performance choices. The forward's key tile is the s
 Tuned files are keyed by GPU architecture (`sm90.json`: Hopper), then by
 `fwd|d{head_dim}|{causal|full}|bn{block_n}|{dtype}|{variant}` and
 `bwd|d{head_dim}|{causal|full}|{dtype}|{variant}`. A missing entry falls back to the
-heuristics below; nothing is tuned at run time (see `flashprobe.kernels.bench.tune`).
+heuristics below; nothing is tuned at run time (see `flashprobe.kernels.autotune`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,115 @@
+"""Launch-configuration tuning of the Triton kernels on a CUDA GPU (scripts/gpu_kernels.py).
+
+`tune_forward` and `tune_backward` time candidate launch configurations of one kernel variant
+(`triton.testing.do_bench` medians) and return them fastest first; the winners go to
+kernels/tuned/<arch>.json so that runs never tune. Speed against other attention
+implementations is measured by `flashprobe bench` (flashprobe.experiments.benchmark).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+
+import torch
+
+from flashprobe.kernels import launch, tuning
+from flashprobe.spec import KernelSpec
+
+
+def fwd_candidates(head_dim: int) -> list[tuning.FwdConfig]:
+    out = []
+    for block_m in (64, 128):
+        for num_warps in (4, 8):
+            for num_stages in (2, 3, 4):
+                if block_m == 64 and num_warps == 8:
+                    continue
+                out.append(tuning.FwdConfig(block_m, 64, num_warps, num_stages))
+    return out
+
+
+def bwd_candidates(head_dim: int) -> list[tuning.BwdConfig]:
+    blocks = [(32, 128, 128, 32), (64, 128, 128, 64), (32, 64, 64, 32), (64, 64, 64, 64)]
+    out = []
+    for bm1, bn1, bm2, bn2 in blocks:
+        for num_warps in (4, 8):
+            for num_stages in (2, 3):
+                if bn1 == 64 and num_warps == 8:
+                    continue
+                out.append(tuning.BwdConfig(bm1, bn1, bm2, bn2, num_warps, num_stages))
+    return out
+
+
+def forward_fn(
+    causal: bool,
+    spec: KernelSpec,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    instrument: bool = False,
+    config: tuning.FwdConfig | None = None,
+) -> Callable[[], object]:
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    return lambda: launch.attention_forward(
+        q, k, v, causal=causal, spec=spec, scale=scale, instrument=instrument,
+        keep_o_fp32=spec.delta_source == "o_fp32", config=config,
+    )  # fmt: skip
+
+
+def backward_fn(
+    causal: bool,
+    spec: KernelSpec,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    do: torch.Tensor,
+    *,
+    config: tuning.BwdConfig | None = None,
+) -> Callable[[], object]:
+    """The backward alone (δ preprocess + dK/dV/dQ kernel) on saved forward outputs."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    fwd = launch.attention_forward(q, k, v, causal=causal, spec=spec, scale=scale,
+                                   keep_o_fp32=spec.delta_source == "o_fp32")  # fmt: skip
+    return lambda: launch.attention_backward(
+        q, k, v, fwd.o, fwd.lse, do, causal=causal, spec=spec, scale=scale,
+        o_fp32=fwd.o_fp32, config=config,
+    )  # fmt: skip
+
+
+def time_ms(fn: Callable[[], object]) -> float:
+    from triton.testing import do_bench
+
+    return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
+
+
+def tune_forward(
+    inputs: tuple[torch.Tensor, ...],
+    causal: bool,
+    spec: KernelSpec,
+    candidates: Iterable[tuning.FwdConfig],
+) -> list[tuple[tuning.FwdConfig, float]]:
+    """(config, ms) per candidate, fastest first; a candidate that fails to launch gets inf."""
+    q, k, v, _ = inputs
+    return _fastest_first(candidates, lambda c: forward_fn(causal, spec, q, k, v, config=c))
+
+
+def tune_backward(
+    inputs: tuple[torch.Tensor, ...],
+    causal: bool,
+    spec: KernelSpec,
+    candidates: Iterable[tuning.BwdConfig],
+) -> list[tuple[tuning.BwdConfig, float]]:
+    q, k, v, do = inputs
+    return _fastest_first(candidates, lambda c: backward_fn(causal, spec, q, k, v, do, config=c))
+
+
+def _fastest_first(candidates: Iterable, make_fn: Callable) -> list:
+    timings = []
+    for config in candidates:
+        try:
+            timings.append((config, time_ms(make_fn(config))))
+        except Exception as exc:
+            print(f"  skip {config}: {str(exc).splitlines()[0][:100]}")
+            timings.append((config, math.inf))
+    return sorted(timings, key=lambda item: item[1])
