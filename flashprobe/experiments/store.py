@@ -1,22 +1,55 @@
 """The result store: one directory per suite cell, keyed by the cell's content hash.
 
-    STORE/<suite>/<variant>--<key>/
-        cell.json          suite, variant, grid point, seed, branch, key, code version
-        config.json        the resolved run config
-        environment.json   GPU, driver, torch, triton, git SHA (flashprobe.environment)
-        metrics.jsonl      written by training, one JSON object per line
-        checkpoints/       written by training
-        captures/          safetensors tensor captures
-        summary.json       written last: its presence marks the cell finished
+    STORE/<suite>/<variant>--<key>/        key: suite.cell_key (config + branch source + code)
+        cell.json          suite, variant, grid point, seed, branch (from, step, source key),
+                           key, code version (flashprobe version + git SHA)
+        config.json        the resolved cell config: every TrainConfig section with defaults
+                           filled in, plus capture.max_bytes (experiments.cell_config)
+        environment.json   where the cell started: GPU, driver, CUDA, torch, triton, git SHA and
+                           dirty flag, world size (a resumed cell's finisher is in summary.json)
+        run/               train_run's own folder (flashprobe.train.run):
+            config.json      TrainConfig + per-layer attention, data, parameter count, start step,
+                             branched_from (the source checkpoint a branched cell started from)
+            metrics.jsonl    one JSON record per step (step, loss, grad_norm, lr, tokens_per_s,
+                             time_s; val_loss / spectral / attention at their cadences); a
+                             branched cell's records start at its branch step
+            data_order.jsonl {"step": t, "offsets": [...]}: the samples of every step
+            checkpoints/     step_<n:07d>/ (model + optimizer safetensors, state.json), `latest`
+            captures/        see below
+            summary.json     train_run's RunSummary
+        summary.json       written last; its presence marks the cell finished: the RunSummary
+                           fields (steps_done, final_loss, min_loss, final_val_loss, diverged,
+                           diverged_step, divergence_rule, tokens_per_s, wall_time_s) plus
+                           status "done", variant, point, seed, key, branch and environment
 
-Everything is written through temp-file-and-rename, so a killed run leaves either the old file
-or the new one, never half of one. A finished cell (summary.json present) is skipped.
+Captures (`run/captures/`, written by experiments.capture under capture.max_bytes):
+    step_<t:07d>.safetensors   t: the 0-based optimizer step whose first micro-batch was captured
+        tensor keys "layer<i>.<name>", i the 0-based layer, name one of
+            q, k, v   B × H × T × D, the attention inputs as the kernel saw them (bf16 under
+                      bf16 autocast)
+            o         B × H × T × D, the attention output (before the output projection)
+            do        B × H × T × D, the gradient of the loss w.r.t. o (same dtype as o)
+            lse       B × H × T, fp32 natural-log log-sum-exp of the scaled causal scores
+        B = the sequences kept (the first ones of the micro-batch, see the byte cap)
+        metadata (strings): format "flashprobe-capture/1", step, layers (JSON list), sequences,
+            sequences_in_micro_batch, causal "true", softmax_scale, attention (JSON: per layer,
+            each head group's heads, impl, backend and full KernelSpec)
+    manifest.json    max_bytes, share_bytes (the cap / the number of capture steps), layers,
+                     planned_steps, steps: {t: {file, sequences, sequences_in_micro_batch,
+                     bytes, skipped?}}; a step absent from `steps` was not reached (the run
+                     diverged and stopped, or, in a branched cell, it precedes the branch step)
+
+Everything is written through temp-file-and-rename (metrics are appended line by line and a torn
+last line is dropped on resume), so a killed run leaves either the old file or the new one,
+never half of one. A finished cell (summary.json present) is skipped; a cell whose run/ holds
+metrics but no summary was interrupted (`flashprobe ablate --resume` continues it).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +60,7 @@ from flashprobe.experiments.suite import Cell, cell_key
 from flashprobe.reporting.atomic import write_text_atomic
 
 SUMMARY = "summary.json"
+RUN_DIR = "run"
 
 
 @dataclass(frozen=True)
@@ -42,6 +76,14 @@ class CellRecord:
     def finished(self) -> bool:
         return self.summary is not None
 
+    @property
+    def run_dir(self) -> Path:
+        return self.path / RUN_DIR
+
+    def capture_files(self) -> list[Path]:
+        """This cell's capture files in step order."""
+        return sorted((self.run_dir / "captures").glob("step_*.safetensors"))
+
 
 class ResultStore:
     def __init__(self, root: str | Path) -> None:
@@ -54,8 +96,23 @@ class ResultStore:
     def is_finished(self, cell: Cell, code_version: str) -> bool:
         return (self.cell_dir(cell, code_version) / SUMMARY).is_file()
 
-    def open_cell(self, cell: Cell, code_version: str, environment: Mapping[str, Any]) -> Path:
-        """Create (or reuse) a cell's directory and write its header files."""
+    def is_interrupted(self, cell: Cell, code_version: str) -> bool:
+        """Training started (run/ holds metrics) but the cell never finished."""
+        path = self.cell_dir(cell, code_version)
+        return not (path / SUMMARY).is_file() and (path / RUN_DIR / "metrics.jsonl").is_file()
+
+    def open_cell(
+        self,
+        cell: Cell,
+        code_version: str,
+        environment: Mapping[str, Any],
+        extra: Mapping[str, Any] | None = None,
+    ) -> Path:
+        """Create (or reuse) a cell's directory and write its header files.
+
+        environment.json keeps the environment the cell started in (a resume does not replace
+        it); `extra` adds keys to cell.json (e.g. the branch source's key).
+        """
         path = self.cell_dir(cell, code_version)
         path.mkdir(parents=True, exist_ok=True)
         meta = {
@@ -67,11 +124,18 @@ class ResultStore:
             "branch_step": cell.branch_step,
             "key": cell_key(cell, code_version),
             "code_version": code_version,
+            **(extra or {}),
         }
         write_json(path / "cell.json", meta)
         write_json(path / "config.json", cell.config)
-        write_json(path / "environment.json", environment)
+        if not (path / "environment.json").is_file():
+            write_json(path / "environment.json", environment)
         return path
+
+    def reset(self, path: Path) -> None:
+        """Drop a cell's training output (to start an interrupted cell over)."""
+        (path / SUMMARY).unlink(missing_ok=True)
+        shutil.rmtree(path / RUN_DIR, ignore_errors=True)
 
     def finish(self, path: Path, summary: Mapping[str, Any]) -> None:
         write_json(path / SUMMARY, summary)

@@ -10,9 +10,17 @@
       train.lr: [3.0e-3, 6.0e-3]
     branch: {from: baseline, step: 200}   # optional: variants start from baseline's checkpoint
 
-A suite expands into cells (variant × axis point × seed). Each cell's resolved config is a plain
-nested dict; `cell_key` hashes it with the code version, so a result store can skip finished
-cells and keep different code versions apart.
+A suite expands into cells (variant × axis point × seed). Each cell's config is base, then the
+variant merged in, then the `--set` run-config overrides (the command line wins), then the axis
+values, then `seed`. A `validate` callback may check it and return a normalised form (every
+default filled in), so equal runs written differently share a key. `cell_key` hashes the config
+(and, for a branched cell, its source's config) with the code version, so a result store can
+skip finished cells and keep different code versions apart.
+
+`--set KEY=VALUE`: KEY is a run-config key (`train.steps=100`, `kernel.beta=4`) applied to every
+cell, or it edits the suite itself when it starts with a suite key: `seeds=[0,1,2]`,
+`branch.step=50`, `base.train.lr=2e-3` (base only: variants may still override it),
+`variants.sfa.kernel.beta=4`, `axes.optimizer.lr=[1e-3,2e-3]` (the axis name is the rest).
 """
 
 from __future__ import annotations
@@ -46,6 +54,13 @@ class Cell:
     config: Mapping[str, Any]  # resolved run config, seed included
     branch_from: str | None = None  # variant whose checkpoint this cell starts from
     branch_step: int | None = None
+    # The source cell's config: what produced the checkpoint this cell starts from (keyed too).
+    source_config: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def group(self) -> tuple[tuple[tuple[str, Any], ...], int]:
+        """(grid point, seed): a branched cell's source is the branch variant's cell here."""
+        return self.point, self.seed
 
     @property
     def name(self) -> str:
@@ -94,58 +109,109 @@ def expand_suite(
     validate: Callable[[Mapping[str, Any]], Any] | None = None,
     default_name: str = "suite",
 ) -> Suite:
+    raw, run_overrides = apply_overrides(raw, overrides)
     unknown = sorted(set(raw) - set(SUITE_KEYS))
     if unknown:
         raise FlashprobeError(f"unknown suite key {unknown[0]!r}; known: {', '.join(SUITE_KEYS)}")
     base = _mapping(raw.get("base", {}), "base")
-    for key, value in parse_assignments(overrides).items():
-        set_dotted(base, key, value)
     variants = _mapping(raw.get("variants") or {"baseline": {}}, "variants")
     seeds = _seeds(raw.get("seeds", [0]))
     axes = _axes(raw.get("axes") or {})
     branch_from, branch_step = _branch(raw.get("branch"), variants)
+    for key in run_overrides:
+        for axis in axes:
+            if key == axis or key.startswith(axis + ".") or axis.startswith(key + "."):
+                raise FlashprobeError(
+                    f"--set {key} collides with axis {axis!r}; set the axis with "
+                    f"--set axes.{axis}=[...]"
+                )
+    name = str(raw.get("name", default_name))
 
-    cells = []
+    resolved: dict[tuple[str, tuple[tuple[str, Any], ...], int], dict[str, Any]] = {}
+    order = []
     for variant, delta in variants.items():
-        resolved_variant = deep_merge(base, _mapping(delta or {}, f"variants.{variant}"))
+        config = deep_merge(base, _mapping(delta or {}, f"variants.{variant}"))
+        for key, value in run_overrides.items():
+            set_dotted(config, key, copy.deepcopy(value))
         for values in itertools.product(*axes.values()) if axes else [()]:
             point = tuple(zip(axes, values, strict=True))
-            config = copy.deepcopy(resolved_variant)
+            point_config = copy.deepcopy(config)
             for key, value in point:
-                set_dotted(config, key, value)
+                set_dotted(point_config, key, copy.deepcopy(value))
             for seed in seeds:
-                cell_config = {**copy.deepcopy(config), "seed": seed}
+                cell_config: Any = {**copy.deepcopy(point_config), "seed": seed}
                 if validate is not None:
                     try:
-                        validate(cell_config)
+                        checked = validate(cell_config)
                     except FlashprobeError as exc:
                         raise FlashprobeError(f"variant {variant!r}: {exc}") from None
-                branched = branch_from is not None and variant != branch_from
-                cells.append(
-                    Cell(
-                        suite=str(raw.get("name", default_name)),
-                        variant=variant,
-                        point=point,
-                        seed=seed,
-                        config=cell_config,
-                        branch_from=branch_from if branched else None,
-                        branch_step=branch_step if branched else None,
-                    )
-                )
+                    if isinstance(checked, Mapping):
+                        cell_config = dict(checked)
+                resolved[variant, point, seed] = cell_config
+                order.append((variant, point, seed))
+
+    cells = []
+    for variant, point, seed in order:
+        branched = branch_from is not None and variant != branch_from
+        cells.append(
+            Cell(
+                suite=name,
+                variant=variant,
+                point=point,
+                seed=seed,
+                config=resolved[variant, point, seed],
+                branch_from=branch_from if branched else None,
+                branch_step=branch_step if branched else None,
+                source_config=resolved[branch_from, point, seed] if branched else None,
+            )
+        )
     return Suite(
-        name=str(raw.get("name", default_name)),
+        name=name,
         description=str(raw.get("description", "")),
         cells=tuple(cells),
         raw=dict(raw),
     )
 
 
+def apply_overrides(
+    raw: Mapping[str, Any], overrides: Iterable[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split `--set` assignments: suite edits go into a copy of `raw`; the rest (run-config
+    keys) are returned to be applied on top of every cell."""
+    raw = copy.deepcopy(dict(raw))
+    run: dict[str, Any] = {}
+    for key, value in parse_assignments(overrides).items():
+        head, _, rest = key.partition(".")
+        if head == "axes" and rest:
+            axes = raw.get("axes")
+            raw["axes"] = {**(axes if isinstance(axes, Mapping) else {}), rest: value}
+        elif head == "variants" and rest:
+            variant, _, sub = rest.partition(".")
+            variants = raw.get("variants")
+            if not isinstance(variants, Mapping) or variant not in variants:
+                raise FlashprobeError(f"--set {key}: no variant {variant!r} in the suite")
+            if sub:
+                delta = variants[variant]
+                delta = dict(delta) if isinstance(delta, Mapping) else {}
+                set_dotted(delta, sub, value)
+                raw["variants"] = {**variants, variant: delta}
+            else:
+                raw["variants"] = {**variants, variant: value}
+        elif head in SUITE_KEYS:
+            set_dotted(raw, key, value)
+        else:
+            run[key] = value
+    return raw, run
+
+
 def cell_key(cell: Cell, code_version: str) -> str:
-    """Content hash of what determines a cell's result: its config, branch point and code."""
+    """Content hash of what determines a cell's result: its config, branch point, the config that
+    trained its branch source, and the code version."""
     blob = json.dumps(
         {
             "config": cell.config,
             "branch": [cell.branch_from, cell.branch_step],
+            "source": cell.source_config,
             "code": code_version,
         },
         sort_keys=True,

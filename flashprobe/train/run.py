@@ -53,6 +53,9 @@ from flashprobe.train.precision import autocast_context
 from flashprobe.train.schedule import lr_at
 
 Progress = Callable[[dict[str, Any]], None]
+#: Receives (step, {"layer{i}.{q,k,v,o,lse,do}": CPU tensor}) on rank 0 instead of the default
+#: captures/step_<t>.safetensors writer (e.g. the ablation runner's size-capped writer).
+CaptureSink = Callable[[int, dict[str, torch.Tensor]], None]
 
 #: Config keys a resumed run may change (everything else must match the run's config.json).
 RESUMABLE_KEYS = frozenset(
@@ -106,6 +109,7 @@ def train_run(
     resume: bool = False,
     start_from: Path | None = None,
     progress: Progress | None = None,
+    capture: CaptureSink | None = None,
 ) -> RunSummary:
     """Train (or resume, or branch from a baseline checkpoint) one run into `out_dir`.
 
@@ -114,6 +118,8 @@ def train_run(
         shape, optimizer, seed and batch size, to branch from: this run continues from that
         step with its own config (e.g. another attention kernel) on the identical data order.
     progress: called on rank 0 with every step's metrics record.
+    capture: writes the tensors captured at metrics.capture_steps (default: one uncapped
+        safetensors file per step in out_dir/captures).
     """
     if not isinstance(config, TrainConfig):
         config = TrainConfig.from_dict(config)
@@ -122,16 +128,22 @@ def train_run(
     out_dir = Path(out_dir)
     dist = setup_distributed(config.train.device)
     try:
-        return _Run(config, out_dir, dist, progress).execute(resume, start_from)
+        return _Run(config, out_dir, dist, progress, capture).execute(resume, start_from)
     finally:
         dist.close()
 
 
 class _Run:
     def __init__(
-        self, config: TrainConfig, out_dir: Path, dist: Distributed, progress: Progress | None
+        self,
+        config: TrainConfig,
+        out_dir: Path,
+        dist: Distributed,
+        progress: Progress | None,
+        capture: CaptureSink | None = None,
     ) -> None:
         self.config, self.out_dir, self.dist, self.progress = config, out_dir, dist, progress
+        self.capture_sink: CaptureSink = capture or self._write_capture
         self.micro_batch, self.accumulation = config.train.accumulation(dist.world_size)
         self.dataset: TokenDataset = open_dataset(config.data)
         model_config = config.model
@@ -328,7 +340,7 @@ class _Run:
             if want_stats:
                 record["attention"] = recorder.stats_dict()
             if capture and dist.is_main:
-                self._write_capture(step, recorder.tensors)
+                self.capture_sink(step, recorder.tensors)
         return record, divergence
 
     def _forward_backward(self, offsets: np.ndarray) -> float:

@@ -39,3 +39,19 @@ def test_missing_and_corrupt_store(tmp_path) -> None:
     (path / "config.json").write_text("{not json")
     with pytest.raises(FlashprobeError, match="corrupt JSON"):
         list(store.records())
+
+
+def test_interrupted_cells_and_reset(tmp_path) -> None:
+    store = ResultStore(tmp_path)
+    cell = expand_suite(RAW).cells[0]
+    path = store.open_cell(cell, "v1", {"gpu": "first"}, extra={"source_key": None})
+    assert not store.is_interrupted(cell, "v1")
+    (path / "run").mkdir()
+    (path / "run" / "metrics.jsonl").write_text('{"step": 0}\n')
+    assert store.is_interrupted(cell, "v1") and not store.is_finished(cell, "v1")
+    store.open_cell(cell, "v1", {"gpu": "second"})  # a resume keeps the first environment
+    record = next(store.records())
+    assert record.run_dir == path / "run" and record.capture_files() == []
+    assert (path / "environment.json").read_text().count("first") == 1
+    store.reset(path)
+    assert not (path / "run").exists() and not store.is_interrupted(cell, "v1")

@@ -90,3 +90,58 @@ def test_deep_merge_does_not_mutate() -> None:
     base = {"a": {"b": 1, "c": 2}}
     merged = deep_merge(base, {"a": {"b": 3}})
     assert merged == {"a": {"b": 3, "c": 2}} and base == {"a": {"b": 1, "c": 2}}
+
+
+def test_cli_run_overrides_win_over_variants() -> None:
+    suite = expand_suite(RAW, overrides=["kernel.preset=fp32"])
+    assert {c.config["kernel"]["preset"] for c in suite.cells} == {"fp32"}
+
+
+def test_cli_suite_edits() -> None:
+    suite = expand_suite(
+        RAW,
+        overrides=[
+            "seeds=[3]",
+            "branch.step=2",
+            "variants.sfa.kernel.beta=4",
+            "axes.train.lr=[5.0e-3]",
+            "base.train.steps=7",
+        ],
+    )
+    assert {c.seed for c in suite.cells} == {3} and len(suite.cells) == 2
+    sfa = next(c for c in suite.cells if c.variant == "sfa")
+    assert sfa.config["kernel"] == {"preset": "sfa", "beta": 4} and sfa.branch_step == 2
+    assert {c.config["train"]["lr"] for c in suite.cells} == {5e-3}
+    assert {c.config["train"]["steps"] for c in suite.cells} == {7}
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        ("train.lr=1", "collides with axis 'train.lr'"),
+        ("train=1", "collides with axis"),
+        ("variants.nope.kernel.beta=4", "no variant 'nope'"),
+    ],
+)
+def test_bad_cli_overrides(override: str, needle: str) -> None:
+    with pytest.raises(FlashprobeError, match=needle):
+        expand_suite(RAW, overrides=[override])
+
+
+def test_validator_may_normalise_and_branches_key_their_source() -> None:
+    suite = expand_suite(RAW, validate=lambda c: {**c, "normalised": True})
+    assert all(c.config["normalised"] for c in suite.cells)
+    sfa = next(c for c in suite.cells if c.variant == "sfa")
+    assert sfa.source_config is not None and sfa.source_config["kernel"]["preset"] == "fa2"
+    changed = {
+        **RAW,
+        "variants": {"baseline": {"train": {"steps": 11}}, "sfa": RAW["variants"]["sfa"]},
+    }
+    sfa2 = next(c for c in expand_suite(changed).cells if c.variant == "sfa")
+    # Same sfa config, but its source trained differently: a different cell.
+    assert sfa2.config == expand_suite(RAW).cells[sfa_index(suite)].config
+    assert cell_key(sfa2, "v1") != cell_key(expand_suite(RAW).cells[sfa_index(suite)], "v1")
+
+
+def sfa_index(suite) -> int:
+    return next(i for i, c in enumerate(suite.cells) if c.variant == "sfa")

@@ -1,0 +1,183 @@
+"""`flashprobe ablate`: run an ablation suite into a result store, then print a summary table."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from flashprobe.cli import app
+from flashprobe.reporting.render import check_format, render
+
+COLUMNS = [
+    "variant",
+    "point",
+    "seed",
+    "status",
+    "diverged",
+    "step",
+    "final_loss",
+    "min_loss",
+    "final_val_loss",
+    "tokens_per_s",
+    "cell",
+]
+HEADERS = {
+    "final_loss": "final loss",
+    "min_loss": "min loss",
+    "final_val_loss": "val loss",
+    "tokens_per_s": "tok/s",
+    "point": "axes",
+}
+PLAN_COLUMNS = ["variant", "point", "seed", "action", "branch", "steps", "cell"]
+
+
+@app.command("ablate")
+def ablate_command(
+    config: str = typer.Option(..., "--config", "-c", help="Suite YAML file."),
+    overrides: list[str] = typer.Option(
+        [],
+        "--set",
+        help="KEY=VALUE (repeatable): a run-config key for every cell (train.steps=100, "
+        "kernel.beta=4), or a suite edit: seeds=[0,1], branch.step=50, "
+        "variants.sfa.kernel.beta=4, axes.optimizer.lr=[1e-3,2e-3].",
+    ),
+    variants: list[str] = typer.Option(
+        [],
+        "--variant",
+        help="Run only this variant (repeatable); its branch source runs too.",
+    ),
+    store: Path = typer.Option(Path("runs"), "--store", help="Result store folder."),
+    resume: bool = typer.Option(
+        False, "--resume", help="Continue interrupted cells from their latest checkpoint."
+    ),
+    restart: bool = typer.Option(
+        False, "--restart", help="Start interrupted cells over (their training output is deleted)."
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Validate the suite and print what would run; write nothing."
+    ),
+    fmt: str = typer.Option("table", "--format", help="Summary as table, json or csv."),
+) -> None:
+    """Train every cell (variant × axis point × seed) of an ablation suite.
+
+    Each cell gets a folder STORE/<suite>/<variant>--<hash> keyed by its resolved config and the
+    code version: finished cells are skipped, interrupted ones need --resume or --restart. The
+    whole suite is validated first: a bad key or value anywhere exits 2 with one line and writes
+    nothing. Progress goes to stderr; the summary table to stdout. Exit 1 if a cell failed.
+    Under torchrun every rank runs the suite and rank 0 writes the store.
+
+    Examples:
+
+      flashprobe ablate --config ablations/smoke.yaml
+
+      flashprobe ablate --config ablations/smoke.yaml --set seeds=[0] --store /tmp/runs
+
+      flashprobe ablate -c ablations/gpt2.yaml --set data.path=/data/openwebtext --resume
+
+      torchrun --nproc_per_node 4 -m flashprobe ablate -c ablations/gpt2.yaml --set data.path=...
+    """
+    from flashprobe.experiments.ablate import (
+        code_version,
+        plan_suite,
+        prepare_suite,
+        run_plan,
+        select_variants,
+    )
+    from flashprobe.experiments.store import ResultStore
+
+    check_format(fmt)
+    suite = select_variants(prepare_suite(config, overrides), variants)
+    version = code_version()
+    result_store = ResultStore(store)
+    plan = plan_suite(suite, result_store, version=version, resume=resume, restart=restart)
+    main_rank = int(os.environ.get("RANK", "0")) == 0
+    if dry_run:
+        rows = [_plan_row(p) for p in plan]
+        typer.echo(render(fmt, rows, columns=PLAN_COLUMNS, headers=HEADERS))
+        return
+
+    from flashprobe.cli.ablate_progress import ProgressDisplay
+
+    display = ProgressDisplay() if main_rank else None
+    try:
+        outcomes = run_plan(plan, result_store, version=version, events=display)
+    except KeyboardInterrupt:
+        if display is not None:
+            display.close()
+        typer.echo(
+            "flashprobe: interrupted; rerun with --resume to continue the unfinished cell",
+            err=True,
+        )
+        raise SystemExit(130) from None
+    finally:
+        if display is not None:
+            display.close()
+    if not main_rank:
+        return
+    rows = [_outcome_row(o) for o in outcomes]
+    document = {
+        "suite": suite.name,
+        "store": str(result_store.root / suite.name),
+        "code_version": version,
+        "cells": [
+            {**row, "path": str(o.planned.path), "message": o.message, "summary": o.summary}
+            for row, o in zip(rows, outcomes, strict=True)
+        ],
+    }
+    typer.echo(render(fmt, rows, document=document, columns=COLUMNS, headers=HEADERS))
+    if fmt == "table":
+        counts = {s: sum(o.status == s for o in outcomes) for s in ("done", "cached")}
+        typer.echo(
+            f"\n{len(outcomes)} cells ({counts['done']} run, {counts['cached']} cached) in "
+            f"{result_store.root / suite.name}"
+        )
+        for o in outcomes:
+            if o.message:
+                typer.echo(f"- {o.planned.cell.name}: {o.status.replace('_', ' ')}: {o.message}")
+    if any(o.status in ("failed", "not_run") for o in outcomes):
+        raise SystemExit(1)
+
+
+def _point(planned: Any) -> str:
+    return ",".join(f"{k}={v}" for k, v in planned.cell.point) or "-"
+
+
+def _plan_row(planned: Any) -> dict[str, Any]:
+    cell = planned.cell
+    action = planned.action
+    if action == "resume" and planned.checkpoint_step is not None:
+        action = f"resume from step {planned.checkpoint_step}"
+    return {
+        "variant": cell.variant,
+        "point": _point(planned),
+        "seed": cell.seed,
+        "action": action,
+        "branch": f"{cell.branch_from}@{cell.branch_step}" if cell.branch_from else None,
+        "steps": planned.steps,
+        "cell": planned.path.name,
+    }
+
+
+def _outcome_row(outcome: Any) -> dict[str, Any]:
+    planned, summary = outcome.planned, outcome.summary or {}
+    diverged = summary.get("diverged")
+    return {
+        "variant": planned.cell.variant,
+        "point": _point(planned),
+        "seed": planned.cell.seed,
+        "status": outcome.status.replace("_", " "),
+        "diverged": diverged,
+        "step": summary.get("diverged_step") if diverged else summary.get("steps_done"),
+        "final_loss": summary.get("final_loss"),
+        "min_loss": summary.get("min_loss"),
+        "final_val_loss": summary.get("final_val_loss"),
+        "tokens_per_s": _rounded(summary.get("tokens_per_s")),
+        "cell": planned.path.name,
+    }
+
+
+def _rounded(value: float | None) -> int | None:
+    return None if value is None else round(value)

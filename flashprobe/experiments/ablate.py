@@ -1,0 +1,481 @@
+"""`flashprobe ablate`: run every cell of an ablation suite into a result store.
+
+Suite YAML schema (expansion: experiments.suite; cell config: experiments.cell_config):
+
+    name: smoke                     # store folder STORE/<name>/ (default: the file's stem)
+    description: ...                # free text
+    seeds: [0, 1]                   # every variant × grid point runs once per seed
+    base:                           # the run every variant starts from
+      model:      {n_layer, n_head, n_embd, block_size, vocab_size, bias, dropout,
+                   attention: {impl: flashprobe|sdpa|math, backend: auto|emulator|triton},
+                   layers: {1: {impl: ..., heads: {7: {...}}}}}      # 0-based layers/heads
+      data:       {source: stdlib|bin, path, vocab_size, val_fraction, max_bytes, record_offsets}
+      optimizer:  {name: adamw|muon, lr, betas, eps, weight_decay, muon_*}
+      schedule:   {kind: cosine|constant, warmup_steps, decay_steps, min_lr}
+      train:      {steps, batch_size, micro_batch_size, precision: bf16|fp32, grad_clip,
+                   device: auto|cpu|cuda, allow_tf32, checkpoint_every, checkpoint_final,
+                   keep_checkpoints}
+      divergence: {nonfinite, rise_factor, rise_margin, rise_window, spike_sigma, spike_window,
+                   patience, min_step, stop}
+      metrics:    {log_every, eval_every, eval_batches, spectral_every, attention_stats_every}
+      kernel:     {preset: fa2|paper-code|sfa|paper-sfa|fp32, <KernelSpec field>: value, ...}
+      capture:    {layers: [1], steps: [100], max_bytes: 256MiB}
+    variants:                       # name → partial config deep-merged onto base
+      fa2: {}
+      sfa: {kernel: {preset: sfa}}
+    axes:                           # dotted key → list of values; the grid is their product
+      optimizer.lr: [1.0e-3, 2.0e-3]
+    branch: {from: fa2, step: 20}   # other variants start from fa2's checkpoint at step 20
+
+Every unknown key or impossible value in any cell is rejected before anything runs or is
+written. A cell = variant × grid point × seed; its key hashes its normalised config (and its
+branch source's) with the code version (flashprobe version + git SHA), so changing either makes
+new cells and finished cells are never rerun.
+
+Branching (the paper's replay of one baseline, §1): the source variant must save a checkpoint at
+branch.step (train.checkpoint_every dividing it, or its last step) and keep it
+(train.keep_checkpoints: null); every other variant at the same grid point and seed then loads
+that checkpoint (weights, optimizer, divergence state) and continues on the identical data order
+(the sampler is a pure function of seed and step). Model shape, seed, batch size, optimizer and
+data must match. branch.step 0 starts from the seed's initial weights (no checkpoint needed).
+The runner runs each source before the cells that branch from it.
+
+Interrupted cells (run/ holds metrics, no summary): --resume continues each from its latest
+checkpoint (from scratch, or from the branch source, when it saved none); --restart deletes its
+training output and starts it over; with neither the suite is refused before anything runs.
+Under torchrun every rank runs the same plan; only rank 0 writes the store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+import subprocess
+import traceback
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from flashprobe import __version__
+from flashprobe.environment import environment, git_sha
+from flashprobe.errors import FlashprobeError
+from flashprobe.experiments.capture import CAPTURE_DIR, CaptureWriter
+from flashprobe.experiments.cell_config import (
+    CellSetup,
+    normalise_cell_config,
+    resolve_cell_config,
+)
+from flashprobe.experiments.store import RUN_DIR, SUMMARY, ResultStore, read_json
+from flashprobe.experiments.suite import Cell, Suite, cell_key, load_suite
+from flashprobe.train.checkpoint import checkpoint_name, latest_checkpoint
+from flashprobe.train.config import LoopConfig
+
+Action = Literal["run", "skip", "resume", "restart"]
+Status = Literal["done", "cached", "failed", "not_run"]
+
+
+@dataclass(frozen=True)
+class PlannedCell:
+    """A cell, where it lives in the store and what the runner will do with it."""
+
+    index: int  # position in the run order
+    cell: Cell
+    setup: CellSetup
+    key: str
+    path: Path
+    action: Action
+    source: int | None = None  # run-order index of the branch source
+    checkpoint_step: int | None = None  # an interrupted cell's latest checkpoint
+
+    @property
+    def run_dir(self) -> Path:
+        return self.path / RUN_DIR
+
+    @property
+    def start_step(self) -> int:
+        return self.cell.branch_step or 0
+
+    @property
+    def steps(self) -> int:
+        return self.setup.train.train.steps
+
+
+@dataclass(frozen=True)
+class CellOutcome:
+    planned: PlannedCell
+    status: Status
+    summary: Mapping[str, Any] | None = None
+    message: str | None = None  # why a cell failed or did not run
+
+
+class SuiteEvents:
+    """Progress hooks (rank 0 only). The CLI's display subclasses this; tests inject faults."""
+
+    def suite_started(self, plan: Sequence[PlannedCell]) -> None: ...
+
+    def cell_started(self, planned: PlannedCell) -> None: ...
+
+    def step(self, record: Mapping[str, Any]) -> None: ...
+
+    def cell_finished(self, outcome: CellOutcome) -> None: ...
+
+
+# -- loading and checking -----------------------------------------------------------------------
+def prepare_suite(path: str | Path, overrides: Iterable[str] = ()) -> Suite:
+    """Load, expand and validate a suite (every cell, then the branches); nothing is written."""
+    suite = load_suite(path, overrides, validate=normalise_cell_config)
+    check_branches(suite)
+    return suite
+
+
+def select_variants(suite: Suite, names: Sequence[str]) -> Suite:
+    """Only these variants' cells (plus their branch source, which they start from)."""
+    if not names:
+        return suite
+    known = suite.variants()
+    for name in names:
+        if name not in known:
+            raise FlashprobeError(
+                f"--variant {name!r} is not in the suite; known: {', '.join(known)}"
+            )
+    keep = set(names) | {c.branch_from for c in suite.cells if c.variant in names and c.branch_from}
+    return dataclasses.replace(suite, cells=tuple(c for c in suite.cells if c.variant in keep))
+
+
+def check_branches(suite: Suite) -> None:
+    """A branched cell needs a source checkpoint at branch.step that fits its model."""
+    for cell in suite.cells:
+        if cell.branch_from is None or cell.source_config is None:
+            continue
+        step = cell.branch_step or 0
+        mine = resolve_cell_config(cell.config).train
+        theirs = resolve_cell_config(cell.source_config).train
+        where = f"variant {cell.variant!r} cannot branch from {cell.branch_from!r}"
+        if step >= mine.train.steps:
+            raise FlashprobeError(
+                f"{where}: branch.step ({step}) must be below its train.steps ({mine.train.steps})"
+            )
+        pairs = {
+            "model.n_layer": (mine.model.n_layer, theirs.model.n_layer),
+            "model.n_head": (mine.model.n_head, theirs.model.n_head),
+            "model.n_embd": (mine.model.n_embd, theirs.model.n_embd),
+            "model.block_size": (mine.model.block_size, theirs.model.block_size),
+            "model.vocab_size": (mine.model.vocab_size, theirs.model.vocab_size),
+            "model.bias": (mine.model.bias, theirs.model.bias),
+            "train.batch_size": (mine.train.batch_size, theirs.train.batch_size),
+            "optimizer.name": (mine.optimizer.name, theirs.optimizer.name),
+            "data": (_data_key(mine.data.to_dict()), _data_key(theirs.data.to_dict())),
+        }
+        for name, (a, b) in pairs.items():
+            if a != b:
+                raise FlashprobeError(f"{where}: {name} differs ({a!r} vs {b!r})")
+        if step == 0:
+            continue
+        if step > theirs.train.steps:
+            raise FlashprobeError(
+                f"{where}: branch.step ({step}) is beyond its train.steps ({theirs.train.steps})"
+            )
+        if step not in saved_checkpoint_steps(theirs.train):
+            raise FlashprobeError(
+                f"{where}: it saves no checkpoint at step {step} (set its "
+                f"train.checkpoint_every to a divisor of {step})"
+            )
+        if theirs.train.keep_checkpoints is not None:
+            raise FlashprobeError(
+                f"{where}: it prunes checkpoints (train.keep_checkpoints: "
+                f"{theirs.train.keep_checkpoints}); a branch source must keep them (null)"
+            )
+
+
+def saved_checkpoint_steps(loop: LoopConfig) -> list[int]:
+    """Steps (completed) at which a full run saves checkpoints."""
+    every = loop.checkpoint_every
+    steps = list(range(every, loop.steps + 1, every)) if every else []
+    if loop.checkpoint_final and loop.steps not in steps:
+        steps.append(loop.steps)
+    return steps
+
+
+def _data_key(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k != "record_offsets"}
+
+
+# -- planning -----------------------------------------------------------------------------------
+def code_version() -> str:
+    """flashprobe's version plus the git SHA of its checkout, when there is one."""
+    sha = git_sha()
+    return f"{__version__}+g{sha[:12]}" if sha else __version__
+
+
+def run_order(cells: Sequence[Cell]) -> list[Cell]:
+    """Suite order, except that with a branch each (grid point, seed) group runs its source
+    first, then the cells branching from it."""
+    if not any(c.branch_from for c in cells):
+        return list(cells)
+    groups: dict[Any, list[Cell]] = {}
+    for cell in cells:
+        groups.setdefault(cell.group, []).append(cell)
+    ordered: list[Cell] = []
+    for members in groups.values():
+        ordered += [c for c in members if c.branch_from is None]
+        ordered += [c for c in members if c.branch_from is not None]
+    return ordered
+
+
+def plan_suite(
+    suite: Suite,
+    store: ResultStore,
+    *,
+    version: str,
+    resume: bool = False,
+    restart: bool = False,
+) -> list[PlannedCell]:
+    """What to do with each cell; refuses interrupted cells unless resume or restart."""
+    if resume and restart:
+        raise FlashprobeError("choose one of --resume and --restart")
+    plan: list[PlannedCell] = []
+    index_of: dict[tuple[str, Any], int] = {}
+    interrupted: list[PlannedCell] = []
+    for index, cell in enumerate(run_order(suite.cells)):
+        path = store.cell_dir(cell, version)
+        action: Action = "run"
+        checkpoint_step = None
+        if store.is_finished(cell, version):
+            action = "skip"
+        elif store.is_interrupted(cell, version):
+            found = latest_checkpoint(path / RUN_DIR)
+            checkpoint_step = int(found.name.split("_")[-1]) if found else None
+            action = "resume" if resume else "restart"
+        planned = PlannedCell(
+            index=index,
+            cell=cell,
+            setup=resolve_cell_config(cell.config),
+            key=cell_key(cell, version),
+            path=path,
+            action=action,
+            source=index_of.get((cell.branch_from, cell.group)) if cell.branch_from else None,
+            checkpoint_step=checkpoint_step,
+        )
+        if action in ("resume", "restart") and not (resume or restart):
+            interrupted.append(planned)
+        index_of[cell.variant, cell.group] = index
+        plan.append(planned)
+    if interrupted:
+        first = interrupted[0]
+        more = f" (and {len(interrupted) - 1} more)" if len(interrupted) > 1 else ""
+        last = (
+            f"last checkpoint: step {first.checkpoint_step}"
+            if first.checkpoint_step is not None
+            else "no checkpoint yet"
+        )
+        raise FlashprobeError(
+            f"cell {first.cell.name} was interrupted{more} ({last}; {first.path}); rerun with "
+            "--resume to continue it or --restart to start it over"
+        )
+    return plan
+
+
+# -- running ------------------------------------------------------------------------------------
+def run_plan(
+    plan: Sequence[PlannedCell],
+    store: ResultStore,
+    *,
+    version: str,
+    events: SuiteEvents | None = None,
+) -> list[CellOutcome]:
+    """Run the planned cells in order; returns one outcome per cell.
+
+    A cell that raises is recorded as failed and the suite goes on (its branches do not run);
+    it stays unfinished in the store, so the next invocation retries it. KeyboardInterrupt and
+    any failure under torchrun (where one rank cannot go on alone) propagate.
+    """
+    from flashprobe.train.distributed import setup_distributed
+
+    devices = {p.setup.train.train.device for p in plan if p.action != "skip"}
+    if len(devices) > 1 and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise FlashprobeError(f"under torchrun every cell needs the same train.device: {devices}")
+    dist = setup_distributed(next(iter(devices), "auto"))
+    events = events if events is not None and dist.is_main else SuiteEvents()
+    try:
+        env = cell_environment(str(dist.device), dist.world_size) if dist.is_main else {}
+        events.suite_started(plan)
+        outcomes: list[CellOutcome] = []
+        for planned in plan:
+            outcome = _run_cell(planned, outcomes, store, version, env, dist, events)
+            outcomes.append(outcome)
+            events.cell_finished(outcome)
+        return outcomes
+    finally:
+        dist.close()
+
+
+def _run_cell(
+    planned: PlannedCell,
+    outcomes: Sequence[CellOutcome],
+    store: ResultStore,
+    version: str,
+    env: Mapping[str, Any],
+    dist: Any,
+    events: SuiteEvents,
+) -> CellOutcome:
+    from flashprobe.train.run import train_run
+
+    cell = planned.cell
+    if planned.action == "skip":
+        return CellOutcome(planned, "cached", read_json(planned.path / SUMMARY))
+    start_from, source = None, None
+    if cell.branch_from is not None and planned.source is not None:
+        source = outcomes[planned.source]
+        if cell.branch_step:
+            start_from = source.planned.run_dir / "checkpoints" / checkpoint_name(cell.branch_step)
+            if not (start_from / "state.json").is_file():
+                return CellOutcome(planned, "not_run", message=_unreachable(source, cell))
+    events.cell_started(planned)
+    resume = planned.action == "resume" and latest_checkpoint(planned.run_dir) is not None
+    if dist.is_main:
+        extra = {
+            "source_key": source.planned.key if source else None,
+            "source_cell": source.planned.path.name if source else None,
+            "source_checkpoint": _relative(start_from, store.root),
+        }
+        store.open_cell(cell, version, env, extra)
+        if planned.action == "restart" or (planned.action == "resume" and not resume):
+            store.reset(planned.path)
+    dist.barrier()
+    writer = (
+        CaptureWriter(
+            planned.run_dir / CAPTURE_DIR,
+            planned.setup.capture,
+            planned.setup.train,
+            start_step=planned.start_step,
+        )
+        if planned.setup.capture.enabled
+        else None
+    )
+    meter = _StepMeter(events)
+    try:
+        result = train_run(
+            planned.setup.train,
+            planned.run_dir,
+            resume=resume,
+            start_from=None if resume else start_from,
+            progress=meter,
+            capture=writer,
+        )
+    except Exception as exc:
+        if dist.world_size > 1:
+            raise
+        last = traceback.format_exception_only(exc)[-1].strip().splitlines()[0]
+        return CellOutcome(planned, "failed", message=last)
+    summary = {
+        "status": "done",
+        **{k: v for k, v in result.to_dict().items() if k != "out_dir"},
+        # train_run's figure also counts time restored from a branch source's checkpoint
+        "tokens_per_s": meter.tokens_per_s() if meter.steps else result.tokens_per_s,
+        "steps_trained": meter.steps,
+        "run_dir": RUN_DIR,
+        "suite": cell.suite,
+        "variant": cell.variant,
+        "point": [list(p) for p in cell.point],
+        "seed": cell.seed,
+        "key": planned.key,
+        "code_version": version,
+        "branch_from": cell.branch_from,
+        "branch_step": cell.branch_step,
+        "source_key": source.planned.key if source else None,
+        "resumed_from_step": planned.checkpoint_step if resume else None,
+        "environment": dict(env),
+        "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+    if dist.is_main:
+        store.finish(planned.path, summary)
+    dist.barrier()
+    return CellOutcome(planned, "done", summary)
+
+
+class _StepMeter:
+    """Forwards step records to the events and measures this cell's own throughput."""
+
+    def __init__(self, events: SuiteEvents) -> None:
+        self.events, self.steps, self.seconds_per_token = events, 0, 0.0
+
+    def __call__(self, record: Mapping[str, Any]) -> None:
+        rate = record.get("tokens_per_s")
+        if rate:
+            self.steps += 1
+            self.seconds_per_token += 1.0 / rate
+        self.events.step(record)
+
+    def tokens_per_s(self) -> float:
+        """Steps × tokens over their summed time (equal tokens per step: harmonic mean)."""
+        return self.steps / self.seconds_per_token if self.seconds_per_token else 0.0
+
+
+def _unreachable(source: CellOutcome, cell: Cell) -> str:
+    name = source.planned.cell.name
+    summary = source.summary or {}
+    if source.status in ("failed", "not_run"):
+        return f"branch source {name} {source.status.replace('_', ' ')}"
+    if summary.get("diverged") and (summary.get("steps_done") or 0) < (cell.branch_step or 0):
+        return (
+            f"branch source {name} diverged at step {summary.get('diverged_step')} before the "
+            f"branch step {cell.branch_step}"
+        )
+    return f"branch source {name} has no checkpoint at step {cell.branch_step}"
+
+
+def _relative(path: Path | None, root: Path) -> str | None:
+    if path is None:
+        return None
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+# -- environment --------------------------------------------------------------------------------
+def cell_environment(device: str, world_size: int = 1) -> dict[str, Any]:
+    """flashprobe.environment plus what a training result also depends on."""
+    import torch
+
+    info = environment(device)
+    info["cuda"] = torch.version.cuda
+    info["driver"] = _nvidia_driver() if torch.cuda.is_available() else None
+    info["gpu_count"] = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    info["world_size"] = world_size
+    info["git_dirty"] = _git_dirty()
+    info["cpu_count"] = os.cpu_count()
+    return info
+
+
+def _nvidia_driver() -> str | None:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = out.stdout.strip().splitlines()
+    return lines[0].strip() if out.returncode == 0 and lines else None
+
+
+def _git_dirty() -> bool | None:
+    """Uncommitted changes to tracked files of flashprobe's checkout (None: not a checkout)."""
+    try:
+        out = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return bool(out.stdout.strip()) if out.returncode == 0 else None

@@ -1,0 +1,149 @@
+"""`flashprobe ablate`: bad suites exit 2 with one line and write nothing; the smoke suite runs
+end to end; finished cells are skipped; interrupted cells need --resume or --restart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = {
+    "name": "tiny",
+    "seeds": [0],
+    "base": {
+        "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32,
+                  "attention": {"impl": "flashprobe", "backend": "emulator"}},
+        "data": {"max_bytes": 100_000},
+        "schedule": {"warmup_steps": 2, "min_lr": 1e-4},
+        "train": {"steps": 6, "batch_size": 4, "device": "cpu", "checkpoint_every": 3},
+        "metrics": {"eval_every": 0, "spectral_every": 0, "attention_stats_every": 0},
+        "kernel": {"preset": "fa2"},
+    },
+    "variants": {"fa2": {}, "sfa": {"kernel": {"preset": "sfa"}}},
+}  # fmt: skip
+
+
+def write(tmp_path: Path, raw, name: str = "suite.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(raw if isinstance(raw, str) else yaml.safe_dump(raw))
+    return str(path)
+
+
+def one_line_error(result, needle: str) -> None:
+    assert result.code == 2, result.err
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("flashprobe: error: "), result.err
+    assert needle in lines[0], lines[0]
+
+
+def with_base(**sections):
+    raw = json.loads(json.dumps(TINY))
+    for name, values in sections.items():
+        raw["base"][name] = {**raw["base"].get(name, {}), **values}
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("raw", "args", "needle"),
+    [
+        ("base: {train: [\n", (), "malformed YAML"),
+        ({**TINY, "colour": 1}, (), "unknown suite key 'colour'"),
+        (with_base(train={"stepz": 3}), (), "unknown key train.stepz"),
+        ({**TINY, "variants": {"x": {"kernel": {"softmax": "fast"}}}}, (), "variant 'x': kernel:"),
+        (with_base(train={"steps": "ten"}), (), "train.steps must be an integer"),
+        (TINY, ("--set", "optimizer.lr=-1"), "optimizer.lr must be > 0"),
+        (TINY, ("--set", "train.device=cuda"), "no CUDA GPU"),
+        (TINY, ("--set", "model.attention.backend=triton"), "backend triton needs a CUDA GPU"),
+        (with_base(data={"source": "bin", "path": "/nonexistent/owt"}), (), "data.path"),
+        (TINY, ("--set", "nonsense"), "expected key=value"),
+        (TINY, ("--format", "xml"), "--format must be one of"),
+        (TINY, ("--variant", "nope"), "--variant 'nope' is not in the suite"),
+    ],
+)
+def test_bad_suites_exit_2_and_write_nothing(tmp_path, run_cli, raw, args, needle) -> None:
+    store = tmp_path / "store"
+    result = run_cli("ablate", "--config", write(tmp_path, raw), "--store", str(store), *args)
+    one_line_error(result, needle)
+    assert not store.exists()
+
+
+def test_missing_suite_file(tmp_path, run_cli) -> None:
+    one_line_error(run_cli("ablate", "--config", str(tmp_path / "no.yaml")), "not found")
+
+
+def test_gpt2_suite_needs_its_data_and_a_gpu(tmp_path, run_cli) -> None:
+    suite, store = str(ROOT / "ablations" / "gpt2.yaml"), str(tmp_path / "store")
+    cpu = ("--set", "train.device=cpu", "--set", "model.attention.backend=emulator")
+    missing = run_cli("ablate", "-c", suite, "--store", store, *cpu)
+    one_line_error(missing, "data.path data/openwebtext: no train.bin there")
+    data = tmp_path / "owt"
+    data.mkdir()
+    for name in ("train.bin", "val.bin"):
+        np.arange(4096, dtype=np.uint16).tofile(data / name)
+    at = ("--set", f"data.path={data}")
+    one_line_error(run_cli("ablate", "-c", suite, "--store", store, *at), "no CUDA GPU")
+    plan = run_cli("ablate", "-c", suite, "--store", store, *at, *cpu, "--dry-run")
+    assert plan.code == 0, plan.err
+    for variant in ("paper-code", "fp32-attention", "flash-layer2-only", "delta-o-fp32", "sfa"):
+        assert variant in plan.out
+    assert "paper-code@4000" in plan.out and not Path(store).exists()
+
+
+def test_interrupted_cells_need_resume_or_restart(tmp_path, run_cli) -> None:
+    config, store = write(tmp_path, TINY), tmp_path / "store"
+    first = run_cli("ablate", "-c", config, "--store", str(store), "--format", "json")
+    assert first.code == 0, first.err
+    # Simulate a kill mid-cell: a finished cell loses its summary (its run/ still has metrics).
+    (cell,) = [p for p in (store / "tiny").iterdir() if p.name.startswith("sfa--")]
+    (cell / "summary.json").unlink()
+    one_line_error(run_cli("ablate", "-c", config, "--store", str(store)), "--resume")
+    plan = run_cli("ablate", "-c", config, "--store", str(store), "--resume", "--dry-run")
+    assert "resume from step 6" in plan.out and "skip" in plan.out
+    resumed = run_cli("ablate", "-c", config, "--store", str(store), "--resume", "--format", "json")
+    assert resumed.code == 0, resumed.err
+    cells = json.loads(resumed.out)["cells"]
+    assert [c["status"] for c in cells] == ["cached", "done"]
+    assert cells[1]["summary"]["steps_trained"] == 0  # nothing after the final checkpoint
+    assert cells[1]["final_loss"] == json.loads(first.out)["cells"][1]["final_loss"]
+
+
+def test_smoke_suite_end_to_end(tmp_path, run_cli) -> None:
+    suite, store = str(ROOT / "ablations" / "smoke.yaml"), tmp_path / "runs"
+    result = run_cli("ablate", "--config", suite, "--store", str(store))
+    assert result.code == 0, result.err
+    cells = [p for p in (store / "smoke").iterdir() if p.is_dir()]
+    summaries = [json.loads((p / "summary.json").read_text()) for p in cells]
+    variants = {s["variant"] for s in summaries}
+    assert variants == {"fa2", "sfa", "delta-o-fp32", "untiled", "fp32-attention"}
+    assert len(summaries) == 10 and all(s["status"] == "done" for s in summaries)
+    assert all(s["steps_done"] == 40 for s in summaries)
+    for path in cells:
+        assert (path / "environment.json").is_file() and (path / "config.json").is_file()
+        assert list((path / "run" / "captures").glob("step_*.safetensors"))
+    lines = result.err.strip().splitlines()  # not a terminal: one line per finished cell
+    assert len(lines) == 10 and lines[0].startswith("[1/10] fa2/seed0: done")
+    assert "10 cells (10 run, 0 cached)" in result.out
+    for variant in variants:
+        assert variant in result.out
+    again = run_cli("ablate", "--config", suite, "--store", str(store), "--format", "csv")
+    assert again.code == 0 and again.out.count(",cached,") == 10
+
+
+def test_torchrun_ranks_share_the_work_and_rank_0_writes(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    config, store = write(tmp_path, {**TINY, "variants": {"fa2": {}}}), tmp_path / "store"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node", "2", "-m", "flashprobe", "ablate", "-c", config,
+               "--store", str(store)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("1 cells (1 run, 0 cached)") == 1  # one table: rank 0's
+    (cell,) = (store / "tiny").iterdir()
+    summary = json.loads((cell / "summary.json").read_text())
+    assert summary["environment"]["world_size"] == 2 and summary["steps_done"] == 6

@@ -1,0 +1,195 @@
+"""The ablation runner on tiny CPU suites: determinism, skipping, resume after a kill, restart,
+failures, branching from the source's checkpoint, captures in the store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from flashprobe.errors import FlashprobeError
+from flashprobe.experiments.ablate import (
+    SuiteEvents,
+    check_branches,
+    plan_suite,
+    run_order,
+    run_plan,
+    select_variants,
+)
+from flashprobe.experiments.cell_config import normalise_cell_config
+from flashprobe.experiments.store import ResultStore
+from flashprobe.experiments.suite import expand_suite
+from flashprobe.train.metrics import read_jsonl
+
+
+class Recorder(SuiteEvents):
+    """Records (cell, step) of every trained step; raises `fault` at (cell, step) `at`."""
+
+    def __init__(self, at: tuple[str, int] | None = None, fault: type = KeyboardInterrupt):
+        self.steps: list[tuple[str, int]] = []
+        self.at, self.fault, self.current = at, fault, ""
+
+    def cell_started(self, planned) -> None:
+        self.current = planned.cell.name
+
+    def step(self, record) -> None:
+        self.steps.append((self.current, record["step"]))
+        if (self.current, record["step"]) == self.at:
+            raise self.fault("injected")
+
+
+def suite_of(raw):
+    suite = expand_suite(raw, validate=normalise_cell_config)
+    check_branches(suite)
+    return suite
+
+
+def run(raw, root: Path, events=None, **flags):
+    store = ResultStore(root)
+    plan = plan_suite(suite_of(raw), store, version="test", **flags)
+    return run_plan(plan, store, version="test", events=events)
+
+
+def losses(outcome) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in read_jsonl(outcome.planned.run_dir / "metrics.jsonl")}
+
+
+def all_json_parses(root: Path) -> None:
+    for path in root.rglob("*.json"):
+        json.loads(path.read_text())
+    for path in root.rglob("*.jsonl"):
+        read_jsonl(path)
+    assert not [p for p in root.rglob("*.tmp")]
+
+
+def test_same_seed_same_losses_and_finished_cells_are_skipped(tmp_path, make_suite) -> None:
+    raw = make_suite()
+    first = run(raw, tmp_path / "a")
+    second = run(raw, tmp_path / "b")
+    assert [o.status for o in first] == ["done", "done"]
+    assert [o.planned.key for o in first] == [o.planned.key for o in second]
+    for a, b in zip(first, second, strict=True):
+        assert losses(a) == losses(b) and len(losses(a)) == 8
+        assert a.summary["final_loss"] == b.summary["final_loss"]
+    summary_file = first[0].planned.path / "summary.json"
+    before = summary_file.stat().st_mtime_ns
+    events = Recorder()
+    again = run(raw, tmp_path / "a", events=events)
+    assert [o.status for o in again] == ["cached", "cached"] and events.steps == []
+    assert summary_file.stat().st_mtime_ns == before
+    assert again[0].summary["final_loss"] == first[0].summary["final_loss"]
+    other_seed = run(make_suite(seeds=[1]), tmp_path / "a")
+    assert [o.status for o in other_seed] == ["done", "done"]
+    assert losses(other_seed[0]) != losses(first[0])
+
+
+def test_resume_after_a_kill_redoes_no_finished_work(tmp_path, make_suite) -> None:
+    raw = make_suite()
+    whole = run(raw, tmp_path / "whole")
+    with pytest.raises(KeyboardInterrupt):
+        run(raw, tmp_path / "parts", events=Recorder(at=("sfa/seed0", 6)))
+    all_json_parses(tmp_path / "parts")
+    with pytest.raises(FlashprobeError, match=r"sfa/seed0 was interrupted .*step 4.*--resume"):
+        run(raw, tmp_path / "parts")
+    with pytest.raises(FlashprobeError, match="choose one"):
+        run(raw, tmp_path / "parts", resume=True, restart=True)
+    events = Recorder()
+    resumed = run(raw, tmp_path / "parts", events=events, resume=True)
+    assert [o.status for o in resumed] == ["cached", "done"]
+    assert events.steps == [("sfa/seed0", s) for s in range(4, 8)]  # from the step-4 checkpoint
+    assert resumed[1].summary["resumed_from_step"] == 4
+    for a, b in zip(whole, resumed, strict=True):
+        assert losses(a) == losses(b)
+        assert a.summary["final_loss"] == b.summary["final_loss"]
+    steps = [r["step"] for r in read_jsonl(resumed[1].planned.run_dir / "metrics.jsonl")]
+    assert steps == list(range(8))
+    all_json_parses(tmp_path / "parts")
+
+
+def test_restart_starts_an_interrupted_cell_over(tmp_path, make_suite) -> None:
+    raw = make_suite()
+    raw["variants"] = {"fa2": {}}
+    whole = run(raw, tmp_path / "whole")
+    with pytest.raises(KeyboardInterrupt):
+        run(raw, tmp_path / "parts", events=Recorder(at=("fa2/seed0", 5)))
+    events = Recorder()
+    again = run(raw, tmp_path / "parts", events=events, restart=True)
+    assert events.steps == [("fa2/seed0", s) for s in range(8)]
+    assert losses(again[0]) == losses(whole[0])
+
+
+def test_a_failed_cell_is_reported_and_its_branches_do_not_run(tmp_path, make_suite) -> None:
+    raw = make_suite(branch={"from": "fa2", "step": 4})
+    outcomes = run(raw, tmp_path, events=Recorder(at=("fa2/seed0", 2), fault=RuntimeError))
+    assert [o.status for o in outcomes] == ["failed", "not_run"]
+    assert "RuntimeError: injected" in outcomes[0].message
+    assert "branch source fa2/seed0 failed" in outcomes[1].message
+    assert not (outcomes[0].planned.path / "summary.json").exists()
+    retried = run(raw, tmp_path, resume=True)  # no checkpoint yet: starts over
+    assert [o.status for o in retried] == ["done", "done"]
+
+
+def test_branch_starts_from_the_source_checkpoint_on_the_same_data(tmp_path, make_suite) -> None:
+    raw = make_suite(
+        variants={"same": {"divergence": {"stop": False}}},  # trains exactly like fa2
+        branch={"from": "fa2", "step": 4},
+        base={"capture": {"layers": [1], "steps": [5], "max_bytes": 30_000}},
+    )
+    raw["variants"] = {"sfa": raw["variants"]["sfa"], "same": raw["variants"]["same"], "fa2": {}}
+    suite = suite_of(raw)
+    assert [c.variant for c in run_order(suite.cells)] == ["fa2", "sfa", "same"]
+    source, sfa, same = run(raw, tmp_path)
+    checkpoint = source.planned.run_dir / "checkpoints" / "step_0000004"
+    for branched in (sfa, same):
+        run_record = json.loads((branched.planned.run_dir / "config.json").read_text())
+        assert Path(run_record["branched_from"]) == checkpoint and run_record["start_step"] == 4
+        cell = json.loads((branched.planned.path / "cell.json").read_text())
+        assert cell["source_key"] == source.planned.key and cell["branch_step"] == 4
+        order = read_jsonl(branched.planned.run_dir / "data_order.jsonl")
+        source_order = read_jsonl(source.planned.run_dir / "data_order.jsonl")
+        assert [r["step"] for r in order] == [4, 5, 6, 7] and order == source_order[4:]
+        assert sorted(losses(branched)) == [4, 5, 6, 7]
+        assert branched.summary["steps_done"] == 8 and branched.summary["steps_trained"] == 4
+    assert losses(same) == {s: v for s, v in losses(source).items() if s >= 4}
+    assert losses(sfa) != losses(same)
+    # Captures: every cell captured step 5, trimmed to the 30 kB cap.
+    for outcome in (source, sfa, same):
+        (capture,) = sorted((outcome.planned.run_dir / "captures").glob("*.safetensors"))
+        assert capture.name == "step_0000005.safetensors" and capture.stat().st_size <= 30_000
+        tensors = load_file(capture)
+        assert set(tensors) == {f"layer1.{n}" for n in ("q", "k", "v", "o", "lse", "do")}
+        kept = tensors["layer1.q"].shape[0]
+        assert 1 <= kept < 4 and tensors["layer1.q"].shape[1:] == (2, 32, 16)
+        assert tensors["layer1.lse"].shape == (kept, 2, 32)
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"branch": {"from": "fa2", "step": 3}}, "no checkpoint at step 3"),
+        ({"branch": {"from": "fa2", "step": 8}}, r"branch.step \(8\) must be below"),
+        (
+            {
+                "branch": {"from": "fa2", "step": 4},
+                "variants": {"fa2": {"train": {"keep_checkpoints": 1}}},
+            },
+            "a branch source must keep them",
+        ),
+        (
+            {"branch": {"from": "fa2", "step": 4}, "variants": {"sfa": {"model": {"n_embd": 64}}}},
+            "model.n_embd differs",
+        ),
+    ],
+)
+def test_impossible_branches_are_refused(change, needle: str, make_suite) -> None:
+    with pytest.raises(FlashprobeError, match=needle):
+        suite_of(make_suite(**change))
+
+
+def test_select_variants_keeps_the_branch_source(make_suite) -> None:
+    suite = suite_of(make_suite(branch={"from": "fa2", "step": 4}))
+    assert [c.variant for c in select_variants(suite, ["sfa"]).cells] == ["fa2", "sfa"]
+    with pytest.raises(FlashprobeError, match="--variant 'x' is not in the suite"):
+        select_variants(suite, ["x"])
