@@ -1,3 +1,10 @@
 """Registers every command module with the Typer app (one module per command)."""
 
-from flashprobe.cli import ablate_cmd, bench_cmd, bias_cmd, spec_cmd  # noqa: F401
+from flashprobe.cli import (  # noqa: F401
+    ablate_cmd,
+    bench_cmd,
+    bias_cmd,
+    replay_cmd,
+    report_cmd,
+    spec_cmd,
+)

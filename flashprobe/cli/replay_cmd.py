@@ -1,0 +1,79 @@
+"""`flashprobe replay`: run every kernel variant of a suite on its captured training tensors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from flashprobe.cli import app
+from flashprobe.errors import FlashprobeError
+from flashprobe.reporting.render import check_format, render
+
+
+@app.command("replay")
+def replay_command(
+    store: Path = typer.Argument(Path("runs"), help="Result store folder (default: runs)."),
+    suite: str | None = typer.Option(None, "--suite", help="Only this suite (default: all)."),
+    variant: list[str] = typer.Option(
+        [], "--variant", help="Replay only these variants (repeatable; default: all)."
+    ),
+    baseline: str | None = typer.Option(
+        None, "--baseline", help="The failing baseline, whose captures are replayed."
+    ),
+    safe: str | None = typer.Option(None, "--safe", help="The all-safe variant (ranking)."),
+    sources: str | None = typer.Option(
+        None, "--sources", help="Whose captures: baseline (default) or all cells."
+    ),
+    backend: str | None = typer.Option(
+        None, "--backend", help="auto (triton on CUDA, else emulator), emulator or triton."
+    ),
+    force: bool = typer.Option(False, "--force", help="Replay even when results are current."),
+    fmt: str = typer.Option("table", "--format", help="table, json or csv."),
+) -> None:
+    """Replay kernel variants on captured Q, K, V, dO and measure error mechanisms.
+
+    Writes replay.json into each replayed cell and into the suite folder (atomically); an
+    unchanged replay (same captures, specs and backend) is skipped. Then `flashprobe report`.
+
+    Examples:
+
+      flashprobe replay
+
+      flashprobe replay runs --suite smoke --backend emulator
+
+      flashprobe replay runs --suite paper --sources all --force
+    """
+    from flashprobe.experiments import store_reader as sr
+    from flashprobe.experiments.replay import ReplaySettings, replay_cells
+
+    check_format(fmt)
+    cells = sr.read_cells(store, suite)
+    rows = []
+    for name, members in sr.suites_of(cells).items():
+        saved = sr.read_suite_replay(sr.suite_dir(members[0])) or {}
+        roles = saved.get("roles") or {}
+        previous = {
+            "baseline": roles.get("baseline"),
+            "safe": roles.get("safe"),
+            "components": roles.get("components"),
+        }
+        settings = ReplaySettings.from_suite(
+            {k: v for k, v in previous.items() if v},
+            baseline=baseline,
+            safe=safe,
+            variants=tuple(variant) or None,
+            sources=sources,
+            backend=backend,
+        )
+        try:
+            outcome = replay_cells(
+                members, settings, force=force, progress=lambda m: typer.echo(m, err=True)
+            )
+        except FlashprobeError as exc:
+            raise FlashprobeError(f"suite {name}: {exc}") from None
+        for cell in outcome.cells:
+            rows.append({"suite": name, **cell, "steps": ",".join(map(str, cell["steps"]))})
+        for note in outcome.notes:
+            typer.echo(f"note: {name}: {note}", err=True)
+    typer.echo(render(fmt, rows, columns=["suite", "cell", "status", "steps"]))

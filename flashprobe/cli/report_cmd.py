@@ -1,0 +1,70 @@
+"""`flashprobe report`: summary, ranking, mechanism metrics and hot spots of a result store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from flashprobe.cli import app
+from flashprobe.errors import FlashprobeError
+
+
+@app.command("report")
+def report_command(
+    store: Path = typer.Argument(Path("runs"), help="Result store folder (default: runs)."),
+    suite: str | None = typer.Option(None, "--suite", help="Only this suite of the store."),
+    fmt: str = typer.Option("table", "--format", help="table, markdown, csv or json."),
+    table: str = typer.Option(
+        "ranking", "--table", help="With --format csv: summary, ranking, metrics or hotspots."
+    ),
+    plot: Path | None = typer.Option(None, "--plot", help="Write PNG figures into this folder."),
+    baseline: str | None = typer.Option(
+        None,
+        "--baseline",
+        help="The failing baseline variant (default: from the replay, the "
+        "branch source, or a variant named baseline/fa2).",
+    ),
+    safe: str | None = typer.Option(
+        None,
+        "--safe",
+        help="The all-safe variant of a one-factor-in design (default: a "
+        "variant named safe/all-safe/fp32, or the fp32 kernel).",
+    ),
+    top: int = typer.Option(8, "--top", help="Hot spots (layer, head) to list."),
+) -> None:
+    """Rank which kernel component explains a suite's divergence, from a result store.
+
+    Reads every cell (training outcome per seed) and the replay results (`flashprobe replay`);
+    a partially finished store is reported as far as it goes, with what is missing.
+
+    Examples:
+
+      flashprobe report
+
+      flashprobe report runs --suite smoke --format markdown
+
+      flashprobe report runs --format csv --table metrics
+
+      flashprobe report runs --plot figures/
+    """
+    from flashprobe.reporting.report import FORMATS, TABLES, build_reports, render_reports
+
+    if fmt not in FORMATS:
+        raise FlashprobeError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if table not in TABLES:
+        raise FlashprobeError(f"--table must be one of {', '.join(TABLES)}, got {table!r}")
+    if top < 0:
+        raise FlashprobeError(f"--top must be >= 0, got {top}")
+    if plot is not None:
+        from flashprobe.reporting.plots import require_matplotlib
+
+        require_matplotlib()  # fail before reading anything
+    reports = build_reports(store, suite, baseline=baseline, safe=safe, top=top)
+    typer.echo(render_reports(reports, fmt, table))
+    if plot is not None:
+        from flashprobe.reporting.plots import write_plots
+
+        for report in reports:
+            for path in write_plots(report, plot):
+                typer.echo(f"wrote {path}", err=True)

@@ -1,0 +1,228 @@
+"""The one place replay and report read result-store files (layout: experiments.store).
+
+Everything that knows where a cell keeps its training output, captures and replay results is
+here, so a layout change is one edit. Reading never executes code: JSON and safetensors only.
+
+Files this module reads, per cell STORE/<suite>/<variant>--<key>/:
+    cell.json, config.json, summary.json         (through ResultStore)
+    run/metrics.jsonl                            per-step records (a torn last line is dropped)
+    run/captures/step_<t>.safetensors, manifest.json
+    replay.json                                  written by experiments.replay
+and per suite STORE/<suite>/replay.json (the replay's roles and variants, also written here).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from flashprobe.errors import FlashprobeError
+from flashprobe.experiments.store import ResultStore, read_json, write_json
+
+REPLAY_FILE = "replay.json"
+CAPTURE_SUBDIR = "captures"
+METRICS_FILE = "metrics.jsonl"
+
+
+@dataclass(frozen=True)
+class CellView:
+    """A cell as replay and report see it."""
+
+    path: Path
+    meta: Mapping[str, Any]
+    config: Mapping[str, Any]
+    summary: Mapping[str, Any] | None
+
+    @property
+    def suite(self) -> str:
+        return str(self.meta.get("suite", self.path.parent.name))
+
+    @property
+    def variant(self) -> str:
+        return str(self.meta.get("variant", self.path.name.split("--")[0]))
+
+    @property
+    def seed(self) -> int:
+        return int(self.meta.get("seed", 0))
+
+    @property
+    def point(self) -> tuple[tuple[str, Any], ...]:
+        return tuple((str(k), _hashable(v)) for k, v in self.meta.get("point") or [])
+
+    @property
+    def point_label(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.point)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def finished(self) -> bool:
+        return self.summary is not None
+
+    @property
+    def branch_from(self) -> str | None:
+        value = self.meta.get("branch_from")
+        return None if value is None else str(value)
+
+    @property
+    def run_dir(self) -> Path:
+        # train_run's output lives in run/ (older stores: the cell folder itself)
+        run = self.path / "run"
+        return run if run.is_dir() or not (self.path / METRICS_FILE).is_file() else self.path
+
+    @property
+    def replay_path(self) -> Path:
+        return self.path / REPLAY_FILE
+
+
+def read_cells(root: str | Path, suite: str | None = None) -> list[CellView]:
+    """Every cell of the store (or of one suite); one-line FlashprobeError when the store is
+    missing, not a folder, empty or holds corrupt JSON."""
+    root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise FlashprobeError(f"result store is not a folder: {root}")
+    if suite is not None and not (root / suite).is_dir():
+        known = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+        hint = f"; suites here: {', '.join(known)}" if known else ""
+        raise FlashprobeError(f"no suite {suite!r} in result store {root}{hint}")
+    cells = [
+        CellView(path=r.path, meta=r.meta, config=r.config, summary=r.summary)
+        for r in ResultStore(root).records(suite)
+    ]
+    for cell in cells:
+        if not isinstance(cell.meta, Mapping) or not isinstance(cell.config, Mapping):
+            raise FlashprobeError(f"corrupt cell files in result store: {cell.path}")
+    if not cells:
+        raise FlashprobeError(f"no cells in result store {root} (run `flashprobe ablate` first)")
+    return cells
+
+
+def suites_of(cells: list[CellView]) -> dict[str, list[CellView]]:
+    out: dict[str, list[CellView]] = {}
+    for cell in cells:
+        out.setdefault(cell.suite, []).append(cell)
+    return out
+
+
+def suite_dir(cell: CellView) -> Path:
+    return cell.path.parent
+
+
+# -- training output ------------------------------------------------------------------------
+def read_metrics(cell: CellView) -> list[dict[str, Any]]:
+    """run/metrics.jsonl records ([] when absent); a torn last line (a run killed mid-write)
+    is dropped, a corrupt line elsewhere is an error."""
+    path = cell.run_dir / METRICS_FILE
+    if not path.is_file():
+        return []
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    out = []
+    for i, line in enumerate(lines):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                break
+            raise FlashprobeError(f"corrupt JSON in result store: {path} (line {i + 1})") from None
+        if isinstance(record, dict):
+            out.append(record)
+    return out
+
+
+def capture_files(cell: CellView) -> list[tuple[int, Path]]:
+    """(step, file) of every capture the cell holds, in step order."""
+    folder = cell.run_dir / CAPTURE_SUBDIR
+    out = []
+    for path in folder.glob("step_*.safetensors"):
+        try:
+            out.append((int(path.stem.split("_")[-1]), path))
+        except ValueError:
+            continue
+    return sorted(out)
+
+
+@dataclass(frozen=True)
+class Capture:
+    step: int
+    tensors: dict[str, torch.Tensor]
+    metadata: dict[str, str]
+
+    @property
+    def layers(self) -> list[int]:
+        found = {int(k.split(".")[0].removeprefix("layer")) for k in self.tensors if "." in k}
+        return sorted(found)
+
+    def layer(self, layer: int, name: str) -> torch.Tensor | None:
+        return self.tensors.get(f"layer{layer}.{name}")
+
+    @property
+    def causal(self) -> bool:
+        return self.metadata.get("causal", "true").lower() != "false"
+
+    @property
+    def softmax_scale(self) -> float | None:
+        try:
+            value = float(self.metadata["softmax_scale"])
+        except (KeyError, ValueError):
+            return None
+        return value if math.isfinite(value) else None
+
+
+def load_capture(step: int, path: Path) -> Capture:
+    """Read one capture file (safetensors: no code runs while loading)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            metadata = dict(handle.metadata() or {})
+            tensors = {key: handle.get_tensor(key) for key in handle.keys()}
+    except Exception as exc:  # safetensors raises its own error types for bad headers
+        raise FlashprobeError(f"corrupt capture file {path}: {type(exc).__name__}") from None
+    return Capture(step=step, tensors=tensors, metadata=metadata)
+
+
+# -- replay results -------------------------------------------------------------------------
+def read_replay(cell: CellView) -> dict[str, Any] | None:
+    path = cell.replay_path
+    if not path.is_file():
+        return None
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise FlashprobeError(f"corrupt replay results: {path}")
+    return data
+
+
+def write_replay(cell: CellView, data: Mapping[str, Any]) -> Path:
+    write_json(cell.replay_path, data)
+    return cell.replay_path
+
+
+def read_suite_replay(folder: Path) -> dict[str, Any] | None:
+    path = folder / REPLAY_FILE
+    if not path.is_file():
+        return None
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise FlashprobeError(f"corrupt replay results: {path}")
+    return data
+
+
+def write_suite_replay(folder: Path, data: Mapping[str, Any]) -> Path:
+    write_json(folder / REPLAY_FILE, data)
+    return folder / REPLAY_FILE
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    return value

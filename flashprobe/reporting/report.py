@@ -1,0 +1,284 @@
+"""`flashprobe report`: a result store's suites as tables (summary, ranking, metrics, hot spots).
+
+`build_reports` gathers everything from the store (through experiments.store_reader) into plain
+row dicts; `render_reports` formats them as a text table, markdown (for an issue or a paper),
+CSV (one table, `--table`) or JSON (everything). A partially finished store is reported as far
+as it goes, and `missing` says what is not there yet.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from flashprobe.errors import FlashprobeError
+from flashprobe.experiments import store_reader as sr
+from flashprobe.experiments.bias import T_SIGNIFICANT
+from flashprobe.experiments.ranking import METHOD, Roles, rank, resolve_roles
+from flashprobe.experiments.replay import hot_spots, summarise
+from flashprobe.reporting.render import render_csv, render_json
+
+FORMATS = ("table", "markdown", "csv", "json")
+TABLES = ("summary", "ranking", "metrics", "hotspots")
+
+
+@dataclass
+class SuiteReport:
+    suite: str
+    roles: Roles
+    summary: list[dict[str, Any]]
+    ranking: list[dict[str, Any]]
+    metrics: list[dict[str, Any]]
+    hotspots: list[dict[str, Any]]
+    missing: list[str]
+    notes: list[str]
+    weight_gradient: str | None = None
+    replay_docs: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    cells: list[sr.CellView] = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "suite": self.suite,
+            "roles": self.roles.to_dict(),
+            "method": METHOD,
+            "summary": self.summary,
+            "ranking": self.ranking,
+            "metrics": self.metrics,
+            "hotspots": self.hotspots,
+            "weight_gradient": self.weight_gradient,
+            "missing": self.missing,
+            "notes": self.notes,
+        }
+
+
+def build_reports(
+    root: str | Path,
+    suite: str | None = None,
+    *,
+    baseline: str | None = None,
+    safe: str | None = None,
+    top: int = 8,
+) -> list[SuiteReport]:
+    cells = sr.read_cells(root, suite)
+    return [
+        build_suite_report(name, members, baseline=baseline, safe=safe, top=top)
+        for name, members in sr.suites_of(cells).items()
+    ]
+
+
+def build_suite_report(
+    name: str,
+    cells: list[sr.CellView],
+    *,
+    baseline: str | None = None,
+    safe: str | None = None,
+    top: int = 8,
+) -> SuiteReport:
+    stored = sr.read_suite_replay(sr.suite_dir(cells[0])) or {}
+    saved = stored.get("roles") or {}
+    roles = resolve_roles(
+        cells,
+        baseline or saved.get("baseline"),
+        safe or saved.get("safe"),
+        saved.get("components") or {},
+    )
+    docs = [d for d in (sr.read_replay(c) for c in cells) if d is not None]
+    mechanism = summarise(docs)
+    missing = _missing(cells, docs, name)
+    ranking = rank(cells, roles, mechanism)
+    metrics = [{"variant": v, **m} for v, m in mechanism.items()]
+    spots = [h for h in hot_spots(docs) if h["variant"] == roles.baseline]
+    spots.sort(key=lambda h: -abs(h["delta_cumsum"]))
+    notes = [*roles.notes, *(n for d in docs for n in d.get("notes", []))]
+    t_base = (mechanism.get(roles.baseline) or {}).get("delta_t_max")
+    if t_base is not None and abs(t_base) < T_SIGNIFICANT:
+        notes.append(
+            f"the baseline's δ error is not significantly biased in any replayed layer/head/step "
+            f"(largest |t| {abs(t_base):.1f} < {T_SIGNIFICANT:g}): the bias shares are noise"
+        )
+    weight = stored.get("weight_gradient") or _weight(docs)
+    return SuiteReport(
+        suite=name,
+        roles=roles,
+        summary=_summary_rows(cells),
+        ranking=ranking,
+        metrics=metrics,
+        hotspots=spots[:top],
+        missing=missing,
+        notes=list(dict.fromkeys(notes)),
+        weight_gradient=weight,
+        replay_docs=docs,
+        cells=cells,
+    )
+
+
+# -- rendering ------------------------------------------------------------------------------
+def render_reports(reports: Sequence[SuiteReport], fmt: str, table: str = "ranking") -> str:
+    if fmt not in FORMATS:
+        raise FlashprobeError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if table not in TABLES:
+        raise FlashprobeError(f"--table must be one of {', '.join(TABLES)}, got {table!r}")
+    if fmt == "json":
+        return render_json([r.to_dict() for r in reports])
+    if fmt == "csv":
+        rows = [{"suite": r.suite, **row} for r in reports for row in getattr(r, table)]
+        return render_csv(rows, ["suite", *_CSV[table]])
+    return "\n\n".join(_render_text(r, markdown=fmt == "markdown") for r in reports)
+
+
+_RANK_COLS = ["rank", "variant", "design", "component", "diverged", "rate", "fisher_p",
+              "steps", "delta_bias", "mechanism_share", "score", "verdict"]  # fmt: skip
+_METRIC_COLS = ["variant", "o_bias", "delta_bias", "delta_t_max", "dq_rel", "dk_rel", "dv_rel",
+                "wq_rel", "wk_rel", "wq_coherence", "wq_direction_similarity", "wq_rank1_share",
+                "delta_coherence", "growth_exponent", "tie_events_per_row",
+                "p_bar_ones_per_row"]  # fmt: skip
+_HOT_COLS = ["layer", "head", "delta_mean", "delta_t", "delta_cumsum", "delta_coherence",
+             "wq_coherence", "o_mean", "tie_events_per_row", "p_bar_ones_per_row"]  # fmt: skip
+_SUMMARY_COLS = ["variant", "cells", "finished", "seeds", "diverged", "steps_done",
+                 "diverged_steps", "final_loss"]  # fmt: skip
+_CSV = {
+    "summary": _SUMMARY_COLS,
+    "ranking": ["rank", "variant", "design", "component", "reference", "seeds", "unfinished",
+                "diverged", "rate", "rate_lo", "rate_hi", "fisher_p", "steps_mean", "steps_lo",
+                "steps_hi", "delta_bias", "mechanism_share", "delta_p", "score", "verdict"],
+    "metrics": [*_METRIC_COLS, "o_abs", "replayed_rows", "steps", "matches_capture"],
+    "hotspots": ["variant", *_HOT_COLS],
+}  # fmt: skip
+_HEADERS = {
+    "fisher_p": "Fisher p", "steps": "steps to div.", "delta_bias": "δ bias",
+    "mechanism_share": "bias share", "o_bias": "O bias", "delta_t_max": "t δ (max)",
+    "dq_rel": "dQ rel", "dk_rel": "dK rel", "dv_rel": "dV rel", "wq_rel": "dW_Q rel",
+    "wk_rel": "dW_K rel", "wq_coherence": "W_Q coh.", "wq_direction_similarity": "W_Q dir sim",
+    "wq_rank1_share": "rank-1 share", "delta_coherence": "δ coh.", "growth_exponent": "growth k",
+    "tie_events_per_row": "ties/row", "p_bar_ones_per_row": "P̄=1/row", "delta_mean": "δ mean",
+    "delta_t": "t δ", "delta_cumsum": "Σ δ err", "o_mean": "O mean", "steps_done": "steps",
+    "diverged_steps": "diverged at", "final_loss": "final loss",
+}  # fmt: skip
+
+
+def _render_text(r: SuiteReport, *, markdown: bool) -> str:
+    def heading(text: str) -> str:
+        return f"## {text}" if markdown else f"{text}\n{'-' * len(text)}"
+
+    def table(rows: list[dict[str, Any]], cols: list[str]) -> str:
+        if not rows:
+            return "(none)"
+        body = [[_show(row, c) for c in cols] for row in rows]
+        names = [_HEADERS.get(c, c) for c in cols]
+        return tabulate(body, headers=names, tablefmt="github" if markdown else "simple",
+                        disable_numparse=True)  # fmt: skip
+
+    safe = r.roles.safe or "none (add design unavailable)"
+    out = [
+        (f"# Suite {r.suite}" if markdown else f"Suite {r.suite}"),
+        f"Baseline: {r.roles.baseline}; all-safe: {safe}.",
+        "",
+        heading("Summary"),
+        table(r.summary, _SUMMARY_COLS),
+        "",
+        heading("Ranking"),
+        table(r.ranking, _RANK_COLS),
+        "",
+        f"Method: {METHOD}",
+        "",
+        heading("Per-variant mechanism metrics (replay on the baseline's captures)"),
+        table(r.metrics, _METRIC_COLS),
+    ]
+    if r.weight_gradient:
+        out.append(f"dW columns: {r.weight_gradient}.")
+    out += ["", heading(f"Hot spots: {r.roles.baseline}'s layers and heads by |Σ δ err|")]
+    out.append(table(r.hotspots, _HOT_COLS))
+    if r.missing:
+        out += ["", heading("Missing")] + [f"- {m}" for m in r.missing]
+    if r.notes:
+        out += ["", heading("Notes")] + [f"- {n}" for n in r.notes]
+    return "\n".join(out)
+
+
+def _show(row: Mapping[str, Any], col: str) -> str:
+    if col == "diverged" and "rate" in row:
+        return f"{row['diverged']}/{row['seeds']}" if row.get("seeds") else "-"
+    if col == "rate":
+        if row.get("rate") is None:
+            return "-"
+        return f"{row['rate']:.2f} [{row['rate_lo']:.2f}, {row['rate_hi']:.2f}]"
+    if col == "steps":
+        mean = row.get("steps_mean")
+        if mean is None:
+            return "-"
+        if row.get("steps_lo") is None:
+            return f"{mean:.0f}"
+        return f"{mean:.0f} [{row['steps_lo']:.0f}, {row['steps_hi']:.0f}]"
+    if col == "mechanism_share" and row.get(col) is not None:
+        return f"{100 * row[col]:.0f}%"
+    value = row.get(col)
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return format(value, ".3g") if math.isfinite(value) else str(value)
+    return str(value)
+
+
+# -- gathering ------------------------------------------------------------------------------
+def _summary_rows(cells: Sequence[sr.CellView]) -> list[dict[str, Any]]:
+    rows = []
+    for variant in dict.fromkeys(c.variant for c in cells):
+        mine = [c for c in cells if c.variant == variant]
+        done = [c for c in mine if c.summary is not None]
+        div = [c for c in done if c.summary.get("diverged")]  # type: ignore[union-attr]
+        steps = [c.summary.get("steps_done") for c in done]  # type: ignore[union-attr]
+        losses = [c.summary.get("final_loss") for c in done]  # type: ignore[union-attr]
+        losses = [x for x in losses if isinstance(x, int | float) and math.isfinite(x)]
+        rows.append(
+            {
+                "variant": variant,
+                "cells": len(mine),
+                "finished": len(done),
+                "seeds": ",".join(str(s) for s in sorted({c.seed for c in mine})),
+                "diverged": len(div),
+                "steps_done": ",".join(str(s) for s in steps) or None,
+                "diverged_steps": ",".join(_diverged_steps(div)) or None,
+                "final_loss": sum(losses) / len(losses) if losses else None,
+            }
+        )
+    return rows
+
+
+def _diverged_steps(cells: Sequence[sr.CellView]) -> list[str]:
+    return [str((c.summary or {}).get("diverged_step")) for c in cells]
+
+
+def _missing(
+    cells: Sequence[sr.CellView], docs: Sequence[Mapping[str, Any]], suite: str
+) -> list[str]:
+    out = []
+    unfinished = [c.name for c in cells if not c.finished]
+    if unfinished:
+        shown = ", ".join(unfinished[:5]) + (" ..." if len(unfinished) > 5 else "")
+        out.append(f"{len(unfinished)} of {len(cells)} cells unfinished: {shown}")
+    for variant in dict.fromkeys(c.variant for c in cells):
+        if not any(c.finished for c in cells if c.variant == variant):
+            out.append(f"variant {variant}: no finished seed (no training outcome)")
+    if not docs:
+        out.append(
+            f"no replay results: run `flashprobe replay {cells[0].path.parent.parent} --suite "
+            f"{suite}` (needs captures)"
+        )
+    else:
+        replayed = {r["variant"] for d in docs for r in d.get("records", [])}
+        for variant in dict.fromkeys(c.variant for c in cells):
+            if variant not in replayed:
+                out.append(f"variant {variant}: not replayed (no mechanism metrics)")
+    return out
+
+
+def _weight(docs: Sequence[Mapping[str, Any]]) -> str | None:
+    kinds = sorted({str(d.get("weight_gradient")) for d in docs if d.get("weight_gradient")})
+    return " / ".join(kinds) if kinds else None

@@ -1,0 +1,90 @@
+"""`flashprobe replay` and `flashprobe report` from the command line."""
+
+from __future__ import annotations
+
+import builtins
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location(
+    "replay_fixtures", Path(__file__).parents[1] / "experiments" / "test_replay.py"
+)
+fixtures = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
+_spec.loader.exec_module(fixtures)  # type: ignore[union-attr]
+
+SMOKE = Path(__file__).parents[2] / "ablations" / "smoke.yaml"
+
+
+def test_missing_corrupt_and_file_store(run_cli, tmp_path) -> None:
+    result = run_cli("report", str(tmp_path / "nope"))
+    assert result.code == 2 and len(result.err.strip().splitlines()) == 1
+    assert "not found" in result.err
+    (tmp_path / "file").write_text("x")
+    assert run_cli("report", str(tmp_path / "file")).code == 2
+    root = fixtures.make_store(tmp_path / "store")
+    cell = next((root / "planted").iterdir())
+    (cell / "cell.json").write_text("{broken")
+    result = run_cli("report", str(root))
+    assert result.code == 2 and "corrupt JSON" in result.err
+    assert len(result.err.strip().splitlines()) == 1
+    result = run_cli("replay", str(tmp_path / "nope"))
+    assert result.code == 2 and len(result.err.strip().splitlines()) == 1
+
+
+def test_bad_options(run_cli, tmp_path) -> None:
+    root = fixtures.make_store(tmp_path)
+    assert run_cli("report", str(root), "--format", "html").code == 2
+    assert run_cli("report", str(root), "--suite", "other").code == 2
+    assert run_cli("replay", str(root), "--variant", "ghost").code == 2
+
+
+def test_replay_then_report(run_cli, tmp_path) -> None:
+    root = fixtures.make_store(tmp_path)
+    result = run_cli("replay", str(root), "--baseline", "baseline")
+    assert result.code == 0, result.err
+    assert "replayed" in result.out
+    result = run_cli("report", str(root), "--format", "markdown")
+    assert result.code == 0, result.err
+    assert "## Ranking" in result.out and "delta-fp32" in result.out
+    result = run_cli("report", str(root), "--format", "csv")
+    assert result.out.startswith("suite,rank,variant")
+
+
+def test_plot_without_matplotlib(run_cli, tmp_path, monkeypatch) -> None:
+    root = fixtures.make_store(tmp_path)
+    real_import = builtins.__import__
+
+    def no_mpl(name: str, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_mpl)
+    result = run_cli("report", str(root), "--plot", str(tmp_path / "fig"))
+    assert result.code == 2
+    assert "pip install 'flashprobe[plot]'" in result.err
+    assert len(result.err.strip().splitlines()) == 1
+
+
+def test_plots_are_written(run_cli, tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    root = fixtures.make_store(tmp_path)
+    assert run_cli("replay", str(root)).code == 0
+    result = run_cli("report", str(root), "--plot", str(tmp_path / "fig"))
+    assert result.code == 0, result.err
+    names = sorted(p.name for p in (tmp_path / "fig").glob("*.png"))
+    assert "planted_loss.png" in names and "planted_delta_cumsum.png" in names
+
+
+@pytest.mark.skipif(not SMOKE.is_file(), reason="ablations/smoke.yaml not there yet")
+def test_smoke_suite_ablate_then_report(run_cli, tmp_path) -> None:
+    store = str(tmp_path / "runs")
+    result = run_cli("ablate", "--config", str(SMOKE), "--store", store)
+    assert result.code == 0, result.err
+    result = run_cli("replay", store)
+    assert result.code == 0, result.err
+    result = run_cli("report", store)
+    assert result.code == 0, result.err
+    assert "Ranking" in result.out and "untiled" in result.out

@@ -1,0 +1,67 @@
+"""Mechanism metrics on errors whose answer is known."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from flashprobe.experiments import mechanism as mech
+
+
+def test_coherence_identical_vs_random() -> None:
+    g = torch.Generator().manual_seed(0)
+    same = torch.randn(16, 32, generator=g)
+    assert mech.coherence([same] * 50) == pytest.approx(1.0)
+    steps = 100
+    noise = [torch.randn(16, 32, generator=g) for _ in range(steps)]
+    assert mech.coherence(noise) == pytest.approx(1 / math.sqrt(steps), rel=0.2)
+    series = mech.ErrorSeries()
+    for e in noise:
+        series.add(e)
+    assert series.coherence() == pytest.approx(mech.coherence(noise))
+
+
+def test_single_step_coherence_is_undefined() -> None:
+    series = mech.ErrorSeries()
+    series.add(torch.ones(3, 4))
+    assert math.isnan(series.coherence())
+
+
+def test_direction_similarity_and_rank1_share() -> None:
+    g = torch.Generator().manual_seed(1)
+    u, v = torch.randn(64, generator=g), torch.randn(128, generator=g)
+    lowrank = mech.ErrorSeries()
+    for scale in (1.0, -2.0, 0.5):  # same rank-1 direction, any sign and size
+        lowrank.add(scale * torch.outer(u, v))
+    assert lowrank.direction_similarity() == pytest.approx(1.0)
+    assert lowrank.rank1_share() == pytest.approx(1.0)
+    rand = mech.ErrorSeries()
+    for _ in range(20):
+        rand.add(torch.randn(64, 128, generator=g))
+    assert rand.direction_similarity() < 0.1
+    assert rand.rank1_share() < 0.1
+
+
+@pytest.mark.parametrize(("bias", "expected"), [(1.0, 1.0), (0.0, 0.5)])
+def test_growth_exponent_bias_vs_noise(bias: float, expected: float) -> None:
+    g = torch.Generator().manual_seed(2)
+    rows = bias + 0.1 * torch.randn(400, 1024, generator=g, dtype=torch.float64)
+    if bias == 0.0:
+        rows = torch.randn(400, 1024, generator=g, dtype=torch.float64)
+    grid = mech.prefix_grid(1024, 8)
+    assert grid == [8, 16, 32, 64, 128, 256, 512, 1024]
+    k = mech.growth_exponent(grid, mech.prefix_rms(rows, grid))
+    assert k == pytest.approx(expected, abs=0.06)
+
+
+def test_signed_error_and_relative_error() -> None:
+    err = torch.tensor([[1.0, 1.0], [1.0, 3.0], [2.0, 2.0]])  # row means 1, 2, 2
+    mean, t = mech.signed_error(err)
+    assert mean == pytest.approx(5 / 3)
+    assert t == pytest.approx((5 / 3) / (float(torch.tensor([1.0, 2, 2]).std()) / math.sqrt(3)))
+    assert mech.signed_error(torch.zeros(4, 1)) == (0.0, 0.0)
+    assert mech.relative_error(torch.tensor([1.0, 1.0]), torch.tensor([1.0, 0.0])) == 1.0
+    assert mech.cumulative([1.0, 2.0, -1.0]) == [1.0, 3.0, 2.0]
+    assert math.isnan(mech.growth_exponent([8], [1.0]))

@@ -1,0 +1,133 @@
+"""Replay on a synthetic store whose captures carry a planted, known error."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from flashprobe.experiments import store_reader as sr
+from flashprobe.experiments.cell_config import normalise_cell_config
+from flashprobe.experiments.ranking import rank
+from flashprobe.experiments.replay import ReplaySettings, replay_cells, replay_store, run_kernel
+from flashprobe.experiments.store import ResultStore
+from flashprobe.experiments.suite import expand_suite
+from flashprobe.reference.emulator import emulate_forward
+
+PLANTED = 1e-2  # added to δ by every variant whose δ comes from the bf16 O
+
+SUITE = {
+    "name": "planted",
+    "seeds": [0, 1],
+    "base": {
+        "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 64,
+                  "attention": {"impl": "flashprobe", "backend": "emulator"}},
+        "data": {"source": "stdlib", "max_bytes": 100000},
+        "train": {"steps": 4, "batch_size": 2, "device": "cpu"},
+        "kernel": {"preset": "fa2"},
+        "capture": {"layers": [1], "steps": [1, 2, 3]},
+    },
+    "variants": {
+        "baseline": {},
+        "delta-fp32": {"kernel": {"delta_source": "o_fp32"}},
+        "block-m": {"kernel": {"block_m": 32}},
+    },
+}  # fmt: skip
+DIVERGED = {"baseline": [3, 3], "delta-fp32": [None, None], "block-m": [3, 2]}
+
+
+def make_store(root: Path, *, with_x: bool = False, finished: bool = True) -> Path:
+    """A two-seed suite: every cell finished with DIVERGED outcomes, captures at steps 1-3 of
+    layer 1 (fa2 forward on random bf16 tensors, so the baseline replay reproduces O)."""
+    store = ResultStore(root)
+    for cell in expand_suite(SUITE, validate=normalise_cell_config).cells:
+        path = store.open_cell(cell, "test", {"device": "cpu"})
+        folder = path / "run" / "captures"
+        folder.mkdir(parents=True)
+        for step in (1, 2, 3):
+            g = torch.Generator().manual_seed(100 * cell.seed + step)
+            q, k, v, do = (torch.randn(2, 2, 64, 16, generator=g).bfloat16() for _ in range(4))
+            fwd = emulate_forward(q, k, v, "fa2", causal=True)
+            tensors = {"layer1.q": q, "layer1.k": k, "layer1.v": v, "layer1.o": fwd.o,
+                       "layer1.do": do, "layer1.lse": fwd.lse}  # fmt: skip
+            if with_x:
+                tensors["layer1.x"] = torch.randn(2, 64, 32, generator=g)
+            meta = {"step": str(step), "causal": "true", "softmax_scale": repr(0.25)}
+            save_file(tensors, str(folder / f"step_{step:07d}.safetensors"), metadata=meta)
+        (path / "run" / "metrics.jsonl").write_text(
+            "".join(json.dumps({"step": s, "loss": 5.0 - s}) + "\n" for s in range(4))
+        )
+        step = DIVERGED[cell.variant][cell.seed]
+        if finished or cell.variant != "block-m" or cell.seed == 0:
+            store.finish(
+                path, {"diverged": step is not None, "diverged_step": step, "steps_done": 4}
+            )
+    return root
+
+
+def planted_kernel(*args: Any, **kwargs: Any) -> Any:
+    run = run_kernel(*args, **kwargs)
+    spec = args[4]
+    if spec.delta_source == "o_lowp":
+        return replace(run, delta=run.delta + PLANTED)
+    return run
+
+
+def test_planted_bias_ranks_first_and_inert_component_last(tmp_path) -> None:
+    root = make_store(tmp_path)
+    cells = sr.read_cells(root, "planted")
+    outcome = replay_cells(cells, ReplaySettings(baseline="baseline"), kernel=planted_kernel)
+    assert [c["status"] for c in outcome.cells] == ["replayed", "replayed"]
+    doc = json.loads((root / "planted" / "replay.json").read_text())
+    summary = doc["summary"]
+    base, fixed = summary["baseline"], summary["delta-fp32"]
+    assert base["matches_capture"] is True  # the emulator reproduces the captured O bit for bit
+    assert base["delta_bias"] == pytest.approx(PLANTED, rel=0.05)
+    assert fixed["delta_bias"] < 1e-2 * PLANTED  # what is left: unbiased rounding noise
+    assert summary["block-m"]["delta_bias"] == base["delta_bias"]
+    assert base["growth_exponent"] == pytest.approx(1.0, abs=0.02)
+    assert fixed["growth_exponent"] < 0.8
+    assert base["delta_coherence"] == pytest.approx(1.0)
+    assert base["delta_t_max"] > 20
+    assert doc["weight_gradient"].startswith("token-summed")  # no layer1.x in these captures
+
+    table = rank(cells, outcome.roles, summary)
+    ranked = [r["variant"] for r in table if r["rank"] is not None]
+    assert ranked == ["delta-fp32", "block-m"]
+    by = {r["variant"]: r for r in table}
+    assert by["delta-fp32"]["mechanism_share"] == pytest.approx(1.0, abs=1e-2)
+    assert by["block-m"]["mechanism_share"] == 0.0
+    assert by["block-m"]["component"] == "block_m=32"
+
+
+def test_unchanged_replay_is_cached_and_x_gives_weight_gradients(tmp_path) -> None:
+    root = make_store(tmp_path, with_x=True)
+    first = replay_store(root, "planted", settings=ReplaySettings(variants=("baseline",)))
+    assert {c["status"] for c in first.cells} == {"replayed"}
+    again = replay_store(root, "planted", settings=ReplaySettings(variants=("baseline",)))
+    assert {c["status"] for c in again.cells} == {"cached"}
+    cell = next(c for c in sr.read_cells(root) if c.variant == "baseline")
+    doc = sr.read_replay(cell)
+    assert doc is not None and doc["weight_gradient"] == "dW = dQᵀX"
+    rec = doc["records"][0]
+    assert 0 < rec["wq_rel"] < 1 and 0 < rec["dq_rel"] < 1
+    series = doc["series"][0]
+    assert series["steps"] == [1, 2, 3]
+    assert 0 < series["wq_coherence"] <= 1 and not math.isnan(series["wq_direction_similarity"])
+
+
+def test_replay_settings_are_checked() -> None:
+    from flashprobe.errors import FlashprobeError
+
+    with pytest.raises(FlashprobeError, match="unknown replay key"):
+        ReplaySettings.from_suite({"baseline": "a", "bogus": 1})
+    with pytest.raises(FlashprobeError, match="sources"):
+        ReplaySettings.from_suite({"sources": "some"})
+    assert ReplaySettings.from_suite(True).sources == "baseline"
+    assert ReplaySettings.from_suite({"baseline": "a"}, baseline="b").baseline == "b"
