@@ -1,0 +1,52 @@
+"""A compact JSON digest of a result store: per cell, the summary and a thinned loss curve.
+
+    python scripts/store_digest.py STORE OUT.json [--every 25]
+
+For bringing results back from a device machine, where a whole store (deep folders, many
+files) cannot travel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("store", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--every", type=int, default=25)
+    args = parser.parse_args()
+
+    from flashprobe.experiments.store import RUN_DIR, ResultStore
+
+    cells = []
+    for record in ResultStore(args.store).records():
+        metrics = record.path / RUN_DIR / "metrics.jsonl"
+        curve, evals = [], []
+        if metrics.is_file():
+            for line in metrics.read_text().splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a torn last line of an interrupted run
+                step = row.get("step", 0)
+                if "loss" in row and step % args.every == 0:
+                    curve.append([step, row["loss"], row.get("grad_norm")])
+                if "val_loss" in row:
+                    evals.append([step, row["val_loss"]])
+        cells.append(
+            {"meta": record.meta, "summary": record.summary, "loss": curve, "val_loss": evals}
+        )
+    args.out.write_text(json.dumps(cells))
+    print(f"{len(cells)} cells → {args.out}")
+
+
+if __name__ == "__main__":
+    main()
