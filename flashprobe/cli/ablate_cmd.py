@@ -59,6 +59,9 @@ def ablate_command(
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Validate the suite and print what would run; write nothing."
     ),
+    no_replay: bool = typer.Option(
+        False, "--no-replay", help="Skip the replay the suite's replay: section asks for."
+    ),
     fmt: str = typer.Option("table", "--format", help="Summary as table, json or csv."),
 ) -> None:
     """Train every cell (variant × axis point × seed) of an ablation suite.
@@ -68,6 +71,11 @@ def ablate_command(
     whole suite is validated first: a bad key or value anywhere exits 2 with one line and writes
     nothing. Progress goes to stderr; the summary table to stdout. Exit 1 if a cell failed.
     Under torchrun every rank runs the suite and rank 0 writes the store.
+
+    The suite as run (after --set) is saved as STORE/<suite>/suite.json. When the suite has a
+    replay: section, every finished cell is then replayed (as `flashprobe replay` would; rank 0,
+    not with --dry-run or --no-replay) and one line says where the results are, so
+    `flashprobe report` shows the ranking. Exit 1 also if that replay fails.
 
     Examples:
 
@@ -83,13 +91,18 @@ def ablate_command(
         code_version,
         plan_suite,
         prepare_suite,
+        replay_finished,
+        replay_settings,
         run_plan,
         select_variants,
+        write_suite_definition,
     )
     from flashprobe.experiments.store import ResultStore
 
     check_format(fmt)
-    suite = select_variants(prepare_suite(config, overrides), variants)
+    full = prepare_suite(config, overrides)
+    settings = None if no_replay else replay_settings(full)
+    suite = select_variants(full, variants)
     version = code_version()
     result_store = ResultStore(store)
     plan = plan_suite(suite, result_store, version=version, resume=resume, restart=restart)
@@ -101,6 +114,8 @@ def ablate_command(
 
     from flashprobe.cli.ablate_progress import ProgressDisplay
 
+    if main_rank:
+        write_suite_definition(result_store, full, overrides)
     display = ProgressDisplay() if main_rank else None
     try:
         outcomes = run_plan(plan, result_store, version=version, events=display)
@@ -117,6 +132,11 @@ def ablate_command(
             display.close()
     if not main_rank:
         return
+    replay = None
+    if settings is not None:
+        live = display is not None and display.live
+        say = display.console.print if live and display is not None else None
+        replay = replay_finished(result_store, suite, outcomes, settings=settings, progress=say)
     rows = [_outcome_row(o) for o in outcomes]
     document = {
         "suite": suite.name,
@@ -126,6 +146,7 @@ def ablate_command(
             {**row, "path": str(o.planned.path), "message": o.message, "summary": o.summary}
             for row, o in zip(rows, outcomes, strict=True)
         ],
+        "replay": replay.to_dict() if replay is not None else None,
     }
     typer.echo(render(fmt, rows, document=document, columns=COLUMNS, headers=HEADERS))
     if fmt == "table":
@@ -137,8 +158,18 @@ def ablate_command(
         for o in outcomes:
             if o.message:
                 typer.echo(f"- {o.planned.cell.name}: {o.status.replace('_', ' ')}: {o.message}")
+    if replay is not None and fmt != "json":  # csv: stdout stays one table
+        typer.echo(_replay_line(replay, result_store.root), err=fmt == "csv")
     if any(o.status in ("failed", "not_run") for o in outcomes):
         raise SystemExit(1)
+    if replay is not None and replay.status == "failed":
+        raise SystemExit(1)
+
+
+def _replay_line(replay: Any, root: Path) -> str:
+    if replay.status in ("replayed", "cached"):
+        return f"replay: {replay.message} -> {replay.suite_file}; ranking: flashprobe report {root}"
+    return f"replay {replay.status}: {replay.message}"
 
 
 def _point(planned: Any) -> str:

@@ -26,6 +26,9 @@ Suite YAML schema (expansion: experiments.suite; cell config: experiments.cell_c
     axes:                           # dotted key → list of values; the grid is their product
       optimizer.lr: [1.0e-3, 2.0e-3]
     branch: {from: fa2, step: 20}   # other variants start from fa2's checkpoint at step 20
+    replay:                         # optional: replay the variants on the captures afterwards
+      baseline: fa2                 # keys and defaults: experiments.replay (baseline, safe,
+      backend: auto                 # components, variants, sources, backend); false: no replay
 
 Every unknown key or impossible value in any cell is rejected before anything runs or is
 written. A cell = variant × grid point × seed; its key hashes its normalised config (and its
@@ -44,6 +47,12 @@ Interrupted cells (run/ holds metrics, no summary): --resume continues each from
 checkpoint (from scratch, or from the branch source, when it saved none); --restart deletes its
 training output and starts it over; with neither the suite is refused before anything runs.
 Under torchrun every rank runs the same plan; only rank 0 writes the store.
+
+A run (not --dry-run) writes STORE/<suite>/suite.json first: the suite as run, i.e. the YAML
+after --set (suite edits applied, run-config overrides folded into base and every variant, so
+`flashprobe ablate -c STORE/<suite>/suite.json` plans the same cells); report and replay read
+the roles from it. With a `replay:` section (checked with the rest of the suite), every finished
+cell of the run is replayed once all cells ran (experiments.replay; rank 0 only).
 """
 
 from __future__ import annotations
@@ -67,8 +76,22 @@ from flashprobe.experiments.cell_config import (
     normalise_cell_config,
     resolve_cell_config,
 )
-from flashprobe.experiments.store import RUN_DIR, SUMMARY, ResultStore, read_json
-from flashprobe.experiments.suite import Cell, Suite, cell_key, load_suite
+from flashprobe.experiments.store import (
+    RUN_DIR,
+    SUITE_FILE,
+    SUMMARY,
+    ResultStore,
+    read_json,
+    write_json,
+)
+from flashprobe.experiments.suite import (
+    Cell,
+    Suite,
+    apply_overrides,
+    cell_key,
+    load_suite,
+    set_dotted,
+)
 from flashprobe.train.checkpoint import checkpoint_name, latest_checkpoint
 from flashprobe.train.config import LoopConfig
 
@@ -127,7 +150,27 @@ def prepare_suite(path: str | Path, overrides: Iterable[str] = ()) -> Suite:
     """Load, expand and validate a suite (every cell, then the branches); nothing is written."""
     suite = load_suite(path, overrides, validate=normalise_cell_config)
     check_branches(suite)
+    replay_settings(suite)
     return suite
+
+
+def replay_settings(suite: Suite) -> Any:
+    """The suite's `replay:` section as experiments.replay.ReplaySettings (None: no section, or
+    `replay: false`); names that are no variant and a triton backend without CUDA are refused."""
+    if "replay" not in suite.raw or suite.raw["replay"] is False:
+        return None
+    from flashprobe.experiments.replay import ReplaySettings, choose_backend
+
+    settings = ReplaySettings.from_suite(suite.raw["replay"])
+    known = suite.variants()
+    named = [("replay.baseline", settings.baseline), ("replay.safe", settings.safe)]
+    named += [("replay.components", v) for v in settings.components]
+    named += [("replay.variants", v) for v in settings.variants or ()]
+    for where, name in named:
+        if name is not None and name not in known:
+            raise FlashprobeError(f"{where}: no variant {name!r}; known: {', '.join(known)}")
+    choose_backend(settings.backend)
+    return settings
 
 
 def select_variants(suite: Suite, names: Sequence[str]) -> Suite:
@@ -200,6 +243,35 @@ def saved_checkpoint_steps(loop: LoopConfig) -> list[int]:
 
 def _data_key(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k != "record_offsets"}
+
+
+# -- the suite as run ----------------------------------------------------------------------------
+def suite_definition(suite: Suite, overrides: Iterable[str] = ()) -> dict[str, Any]:
+    """The raw suite after --set, named: suite edits are already in suite.raw; run-config
+    overrides (applied to every cell after its variant) are set in base and in every variant,
+    which expands to the same cells."""
+    raw, run = apply_overrides(suite.raw, overrides)
+    raw = {"name": suite.name, **raw}  # the name may have come from the YAML file's stem
+    if not run:
+        return raw
+    variants = raw.get("variants")
+    if not isinstance(variants, Mapping) or not variants:
+        variants = {"baseline": {}}
+    base = dict(raw.get("base") or {})
+    deltas = {str(k): dict(v) if isinstance(v, Mapping) else {} for k, v in variants.items()}
+    for key, value in run.items():
+        set_dotted(base, key, value)
+        for delta in deltas.values():
+            set_dotted(delta, key, value)
+    return {**raw, "base": base, "variants": deltas}
+
+
+def write_suite_definition(store: ResultStore, suite: Suite, overrides: Iterable[str] = ()) -> Path:
+    """STORE/<suite>/suite.json (atomic): the suite as this run expanded it."""
+    path = store.root / suite.name / SUITE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, suite_definition(suite, overrides))
+    return path
 
 
 # -- planning -----------------------------------------------------------------------------------
@@ -433,6 +505,90 @@ def _relative(path: Path | None, root: Path) -> str | None:
         return str(path.relative_to(root))
     except ValueError:
         return str(path)
+
+
+# -- replay after the run -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SuiteReplay:
+    """What the post-run replay did: status replayed / cached / skipped / failed."""
+
+    status: str
+    message: str
+    suite_file: str | None = None
+    cells: tuple[Mapping[str, Any], ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "message": self.message,
+            "file": self.suite_file,
+            "cells": [dict(c) for c in self.cells],
+            "notes": list(self.notes),
+        }
+
+
+def replay_finished(
+    store: ResultStore,
+    suite: Suite,
+    outcomes: Sequence[CellOutcome],
+    *,
+    settings: Any = None,
+    progress: Any = None,
+) -> SuiteReplay:
+    """Replay the cells this run finished (done or cached) with the suite's replay settings.
+
+    Failed or not-run cells are left out; variants with no finished cell are dropped from
+    replay.variants, and a run whose baseline finished no cell replays nothing ("skipped").
+    A replay error is returned as "failed" (the store keeps every training result).
+    """
+    from flashprobe.experiments import store_reader as sr
+    from flashprobe.experiments.replay import replay_cells
+
+    settings = settings if settings is not None else replay_settings(suite)
+    if settings is None:
+        return SuiteReplay("skipped", "the suite has no replay: section")
+    finished = {o.planned.path.resolve() for o in outcomes if o.status in ("done", "cached")}
+    if not finished:
+        return SuiteReplay("skipped", "no cell finished")
+    try:
+        cells = [c for c in sr.read_cells(store.root, suite.name) if c.path.resolve() in finished]
+    except FlashprobeError as exc:
+        return SuiteReplay("failed", str(exc))
+    present = list(dict.fromkeys(c.variant for c in cells))
+    baseline = settings.baseline
+    if baseline is None:
+        branch = {c.branch_from for c in suite.cells if c.branch_from}
+        baseline = next(iter(branch)) if len(branch) == 1 else None
+    if baseline is not None and baseline not in present:
+        return SuiteReplay("skipped", f"the baseline {baseline} finished no cell")
+    changes: dict[str, Any] = {}
+    if settings.safe is not None and settings.safe not in present:
+        changes["safe"] = None
+    if settings.variants is not None:
+        changes["variants"] = tuple(v for v in settings.variants if v in present)
+    if changes:
+        settings = dataclasses.replace(settings, **changes)
+    try:
+        outcome = replay_cells(cells, settings, progress=progress)
+    except FlashprobeError as exc:
+        return SuiteReplay("failed", str(exc))
+    except Exception as exc:  # the training results stand; say what broke in one line
+        return SuiteReplay("failed", traceback.format_exception_only(exc)[-1].strip())
+    statuses = [c["status"] for c in outcome.cells]
+    counts = {s: statuses.count(s) for s in dict.fromkeys(statuses)}
+    done = [s for s in ("replayed", "cached") if counts.get(s)]
+    said = ", ".join(f"{counts[s]} {s}" for s in counts) or "none"
+    status = "replayed" if "replayed" in done else ("cached" if done else "skipped")
+    wanted = settings.variants if settings.variants is not None else present
+    return SuiteReplay(
+        status,
+        f"{len(wanted)} variants on the captures of {len(outcome.cells)} "
+        f"{outcome.roles.baseline if settings.sources == 'baseline' else 'source'} cells ({said})",
+        outcome.suite_file,
+        tuple(outcome.cells),
+        tuple(outcome.notes),
+    )
 
 
 # -- environment --------------------------------------------------------------------------------

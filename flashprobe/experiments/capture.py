@@ -4,8 +4,11 @@ The cap (capture.max_bytes) covers every capture file of a cell. It is split eve
 steps the cell will capture, so each file's share is known before training starts and does not
 depend on what an interrupted run already wrote. A step whose tensors exceed its share keeps
 only the first sequences of the micro-batch that fit (whole sequences, ≥ 1); when not even one
-sequence fits, the step is skipped and manifest.json says so. Files are serialised in memory,
-then written to a temporary name and renamed, so a killed run never leaves half a file.
+sequence fits, the step is skipped and manifest.json says so. What counts is the serialised file:
+every tensor of TENSOR_NAMES per captured layer (the layer input X included: B × T × n_embd, as
+much as one of Q/K/V) plus the header, all trimmed to the same sequences. Files are serialised
+in memory, then written to a temporary name and renamed, so a killed run never leaves half a
+file.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from flashprobe.train.config import TrainConfig
 CAPTURE_DIR = "captures"
 MANIFEST = "manifest.json"
 FORMAT = "flashprobe-capture/1"
-TENSOR_NAMES = ("q", "k", "v", "o", "lse", "do")
+#: Per captured layer i, the keys "layer{i}.<name>" (shapes and dtypes: experiments.store).
+TENSOR_NAMES = ("x", "q", "k", "v", "o", "lse", "do")
 
 
 def capture_file_name(step: int) -> str:

@@ -1,5 +1,14 @@
 """The result store: one directory per suite cell, keyed by the cell's content hash.
 
+    STORE/<suite>/suite.json            the suite as `flashprobe ablate` last ran it (not on
+                                        --dry-run): the YAML mapping after --set, run-config
+                                        overrides folded into base and every variant (loadable
+                                        with --config; it plans the same cells). report and
+                                        replay take the roles from it: baseline, safe and
+                                        components from its replay: section, else the baseline
+                                        is branch.from (experiments.store_reader.suite_roles)
+    STORE/<suite>/replay.json           the suite's replay: roles, variants, per-variant summary
+                                        (experiments.replay)
     STORE/<suite>/<variant>--<key>/        key: suite.cell_key (config + branch source + code)
         cell.json          suite, variant, grid point, seed, branch (from, step, source key),
                            key, code version (flashprobe version + git SHA)
@@ -17,6 +26,7 @@
             checkpoints/     step_<n:07d>/ (model + optimizer safetensors, state.json), `latest`
             captures/        see below
             summary.json     train_run's RunSummary
+        replay.json        this cell's captures replayed (experiments.replay), when it was a source
         summary.json       written last; its presence marks the cell finished: the RunSummary
                            fields (steps_done, final_loss, min_loss, final_val_loss, diverged,
                            diverged_step, divergence_rule, tokens_per_s, wall_time_s) plus
@@ -24,7 +34,10 @@
 
 Captures (`run/captures/`, written by experiments.capture under capture.max_bytes):
     step_<t:07d>.safetensors   t: the 0-based optimizer step whose first micro-batch was captured
-        tensor keys "layer<i>.<name>", i the 0-based layer, name one of
+        tensor keys "layer<i>.<name>", i the 0-based layer, name one of (capture.TENSOR_NAMES)
+            x         B × T × n_embd, the layer input fed to c_attn (after ln_1) as its matmul
+                      consumes it (bf16 under bf16 autocast); replay's dW_Q[h] = dq_hᵀX and
+                      dW_K[h] = dk_hᵀX use it (head h's B × T × D slice against X)
             q, k, v   B × H × T × D, the attention inputs as the kernel saw them (bf16 under
                       bf16 autocast)
             o         B × H × T × D, the attention output (before the output projection)
@@ -61,6 +74,7 @@ from flashprobe.reporting.atomic import write_text_atomic
 
 SUMMARY = "summary.json"
 RUN_DIR = "run"
+SUITE_FILE = "suite.json"  # per suite: the suite as `flashprobe ablate` last ran it
 
 
 @dataclass(frozen=True)

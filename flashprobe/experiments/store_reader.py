@@ -8,7 +8,8 @@ Files this module reads, per cell STORE/<suite>/<variant>--<key>/:
     run/metrics.jsonl                            per-step records (a torn last line is dropped)
     run/captures/step_<t>.safetensors, manifest.json
     replay.json                                  written by experiments.replay
-and per suite STORE/<suite>/replay.json (the replay's roles and variants, also written here).
+and per suite STORE/<suite>/replay.json (the replay's roles and variants, also written here) and
+STORE/<suite>/suite.json (the suite as `flashprobe ablate` last ran it; see suite_roles).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 import torch
 
 from flashprobe.errors import FlashprobeError
-from flashprobe.experiments.store import ResultStore, read_json, write_json
+from flashprobe.experiments.store import SUITE_FILE, ResultStore, read_json, write_json
 
 REPLAY_FILE = "replay.json"
 CAPTURE_SUBDIR = "captures"
@@ -226,3 +227,39 @@ def _hashable(value: Any) -> Any:
     if isinstance(value, dict):
         return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
     return value
+
+
+# -- the suite definition -------------------------------------------------------------------
+def read_suite_definition(folder: Path) -> dict[str, Any] | None:
+    """STORE/<suite>/suite.json (written by `flashprobe ablate`), or None when absent."""
+    path = Path(folder) / SUITE_FILE
+    if not path.is_file():
+        return None
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise FlashprobeError(f"corrupt suite definition: {path}")
+    return data
+
+
+def suite_roles(folder: Path) -> dict[str, Any] | None:
+    """The roles a suite declares in suite.json: baseline, safe and components from its
+    `replay:` section; without one (or without replay.baseline) the baseline is branch.from.
+    None when there is no suite.json; keys with no declared value are None / {}."""
+    raw = read_suite_definition(folder)
+    if raw is None:
+        return None
+    replay = raw.get("replay")
+    replay = replay if isinstance(replay, Mapping) else {}
+    branch = raw.get("branch")
+    source = branch.get("from") if isinstance(branch, Mapping) else None
+    baseline = replay.get("baseline") if replay.get("baseline") is not None else source
+    components = replay.get("components")
+    return {
+        "baseline": None if baseline is None else str(baseline),
+        "safe": None if replay.get("safe") is None else str(replay["safe"]),
+        "components": (
+            {str(k): str(v) for k, v in components.items()}
+            if isinstance(components, Mapping)
+            else {}
+        ),
+    }

@@ -75,7 +75,7 @@ class CausalSelfAttention(nn.Module):
                 )  # type: ignore[misc]
             if capture:
                 lse = self._unsplit_heads([r.lse for r in results])  # type: ignore[misc]
-                rec.capture(self.layer, q=q, k=k, v=v, o=o, lse=lse)
+                rec.capture(self.layer, x=_as_matmul_input(x), q=q, k=k, v=v, o=o, lse=lse)
         y = o.transpose(1, 2).contiguous().view(B, T, C)
         return self.c_proj(y)
 
@@ -83,6 +83,15 @@ class CausalSelfAttention(nn.Module):
         if len(parts) == 1:
             return parts[0]
         return torch.cat(parts, dim=1).index_select(1, self._unsplit)
+
+
+def _as_matmul_input(x: torch.Tensor) -> torch.Tensor:
+    """The layer input X as c_attn's matmul consumes it (and autograd saves it for dW = dQᵀX):
+    cast to the autocast dtype when autocast is on (bf16 under bf16 training), else as is."""
+    device = x.device.type
+    if torch.is_autocast_enabled(device) and x.is_floating_point():
+        return x.to(torch.get_autocast_dtype(device))
+    return x
 
 
 def _run_group(

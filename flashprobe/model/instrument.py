@@ -2,7 +2,8 @@
 
 `AttentionRecorder` is attached to every attention layer by `GPT.instrument()`. Layers give it
 per-head statistics (reduced from `AttentionStats` rows) and, for the layers asked for, the
-tensors Q, K, V, O, LSE (forward) and dO (a tensor hook on O, filled during backward).
+tensors X (the layer input fed to c_attn), Q, K, V, O, LSE (forward) and dO (a tensor hook on O,
+filled during backward).
 Statistics accumulate over every forward inside the context (micro-batches); captured tensors
 come from the first forward only.
 """
@@ -86,7 +87,8 @@ class AttentionRecorder:
         self.collect_stats = collect_stats
         self.capture_layers = frozenset(capture_layers)
         self.stats: dict[int, LayerStats] = {}
-        #: "layer{i}.{q,k,v,o,lse,do}" → CPU tensor (q/k/v/o/do: batch × heads × seq × head_dim).
+        #: "layer{i}.{x,q,k,v,o,lse,do}" → CPU tensor (q/k/v/o/do: batch × heads × seq × head_dim;
+        #: x: batch × seq × n_embd; lse: batch × heads × seq).
         self.tensors: dict[str, torch.Tensor] = {}
 
     def wants_capture(self, layer: int) -> bool:

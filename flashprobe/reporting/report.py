@@ -81,11 +81,15 @@ def build_suite_report(
 ) -> SuiteReport:
     stored = sr.read_suite_replay(sr.suite_dir(cells[0])) or {}
     saved = stored.get("roles") or {}
+    # Roles: the command line, then the suite as ablate ran it (suite.json), then the replay's.
+    declared = sr.suite_roles(sr.suite_dir(cells[0])) or {}
+    variants = {c.variant for c in cells}
+    declared = {k: v for k, v in declared.items() if k == "components" or v in variants}
     roles = resolve_roles(
         cells,
-        baseline or saved.get("baseline"),
-        safe or saved.get("safe"),
-        saved.get("components") or {},
+        baseline or declared.get("baseline") or saved.get("baseline"),
+        safe or declared.get("safe") or saved.get("safe"),
+        declared.get("components") or saved.get("components") or {},
     )
     docs = [d for d in (sr.read_replay(c) for c in cells) if d is not None]
     mechanism = summarise(docs)

@@ -62,6 +62,11 @@ def with_base(**sections):
         (TINY, ("--set", "nonsense"), "expected key=value"),
         (TINY, ("--format", "xml"), "--format must be one of"),
         (TINY, ("--variant", "nope"), "--variant 'nope' is not in the suite"),
+        ({**TINY, "replay": {"bogus": 1}}, (), "unknown replay key 'bogus'"),
+        ({**TINY, "replay": {"baseline": "nope"}}, (), "replay.baseline: no variant 'nope'"),
+        ({**TINY, "replay": {"backend": "triton"}}, (), "backend triton needs a CUDA GPU"),
+        ({**TINY, "replay": {}}, ("--set", "replay.sources=some"), "replay.sources must be"),
+        ({**TINY, "replay": {}}, ("--dry-run", "--set", "replay.safe=x"), "no variant 'x'"),
     ],
 )
 def test_bad_suites_exit_2_and_write_nothing(tmp_path, run_cli, raw, args, needle) -> None:
@@ -127,6 +132,11 @@ def test_smoke_suite_end_to_end(tmp_path, run_cli) -> None:
     lines = result.err.strip().splitlines()  # not a terminal: one line per finished cell
     assert len(lines) == 10 and lines[0].startswith("[1/10] fa2/seed0: done")
     assert "10 cells (10 run, 0 cached)" in result.out
+    # the suite's replay: section: replayed on fa2's captures, one line says where
+    replayed = f"-> {store / 'smoke' / 'replay.json'}; ranking: flashprobe report {store}"
+    assert replayed in result.out and "(2 replayed)" in result.out
+    suite_file = json.loads((store / "smoke" / "suite.json").read_text())
+    assert suite_file["replay"] == {"baseline": "fa2", "backend": "auto"}
     for variant in variants:
         assert variant in result.out
     again = run_cli("ablate", "--config", suite, "--store", str(store), "--format", "csv")
@@ -137,13 +147,87 @@ def test_torchrun_ranks_share_the_work_and_rank_0_writes(tmp_path) -> None:
     import subprocess
     import sys
 
-    config, store = write(tmp_path, {**TINY, "variants": {"fa2": {}}}), tmp_path / "store"
+    raw = {**REPLAYED, "variants": {"fa2": {}}, "replay": {"backend": "emulator"}}
+    config, store = write(tmp_path, raw), tmp_path / "store"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc_per_node", "2", "-m", "flashprobe", "ablate", "-c", config,
                "--store", str(store)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("1 cells (1 run, 0 cached)") == 1  # one table: rank 0's
-    (cell,) = (store / "tiny").iterdir()
+    assert done.stdout.count("replay: 1 variants on the captures of 1 fa2 cells") == 1
+    (cell,) = [p for p in (store / "tiny").iterdir() if p.is_dir()]
+    assert sorted(p.name for p in (store / "tiny").iterdir() if p.is_file()) == [
+        "replay.json",
+        "suite.json",
+    ]
     summary = json.loads((cell / "summary.json").read_text())
     assert summary["environment"]["world_size"] == 2 and summary["steps_done"] == 6
+
+
+REPLAYED = {
+    **TINY,
+    "base": {**TINY["base"], "capture": {"layers": [1], "steps": [4], "max_bytes": 100_000}},
+    "replay": {"baseline": "fa2", "safe": "sfa", "backend": "emulator"},
+}
+
+
+def test_ablate_replays_when_the_suite_asks_and_report_ranks(tmp_path, run_cli) -> None:
+    config, store = write(tmp_path, REPLAYED), tmp_path / "store"
+    plan = run_cli("ablate", "-c", config, "--store", str(store), "--dry-run")
+    assert plan.code == 0 and not store.exists()  # a dry run writes no suite.json either
+    skipped = run_cli("ablate", "-c", config, "--store", str(store), "--no-replay")
+    assert skipped.code == 0, skipped.err
+    assert "\nreplay" not in skipped.out and not (store / "tiny" / "replay.json").exists()
+    suite_file = json.loads((store / "tiny" / "suite.json").read_text())
+    assert suite_file["replay"] == REPLAYED["replay"]
+
+    result = run_cli("ablate", "-c", config, "--store", str(store), "--set", "train.steps=6")
+    assert result.code == 0, result.err
+    (line,) = [x for x in result.out.splitlines() if x.startswith("replay")]
+    assert line == (
+        f"replay: 2 variants on the captures of 1 fa2 cells (1 replayed) -> "
+        f"{store / 'tiny' / 'replay.json'}; ranking: flashprobe report {store}"
+    )
+    assert len(result.err.strip().splitlines()) == 2  # progress only: one line per cell
+    assert json.loads((store / "tiny" / "suite.json").read_text())["base"]["train"]["steps"] == 6
+
+    report = run_cli("report", str(store), "--format", "json")
+    assert report.code == 0, report.err
+    (suite,) = json.loads(report.out)
+    assert suite["roles"]["baseline"] == "fa2" and suite["roles"]["safe"] == "sfa"
+    assert not suite["roles"]["notes"]  # declared in suite.json, not inferred
+    assert {r["variant"]: r["design"] for r in suite["ranking"]} == {
+        "fa2": "baseline",
+        "sfa": "safe",
+    }
+    assert suite["weight_gradient"] == "dW = dQᵀX"
+    assert not any("layer input X" in n for n in suite["notes"])
+
+    again = run_cli(
+        "ablate", "-c", config, "--store", str(store), "--set", "train.steps=6", "--format", "json"
+    )
+    assert again.code == 0, again.err
+    document = json.loads(again.out)
+    assert document["replay"]["status"] == "cached"
+    assert document["replay"]["file"] == str(store / "tiny" / "replay.json")
+    csv = run_cli(
+        "ablate", "-c", config, "--store", str(store), "--set", "train.steps=6", "--format", "csv"
+    )
+    assert csv.code == 0 and "\nreplay" not in csv.out and "\nreplay: " in csv.err
+
+
+def test_a_failed_replay_keeps_the_summary_and_exits_1(tmp_path, run_cli, monkeypatch) -> None:
+    from flashprobe.experiments import replay
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("kernel exploded")
+
+    monkeypatch.setattr(replay, "replay_cells", broken)
+    config, store = write(tmp_path, REPLAYED), tmp_path / "store"
+    result = run_cli("ablate", "-c", config, "--store", str(store))
+    assert result.code == 1
+    assert "2 cells (2 run, 0 cached)" in result.out
+    assert "replay failed: RuntimeError: kernel exploded" in result.out
+    assert all(json.loads((p / "summary.json").read_text())["status"] == "done"
+               for p in (store / "tiny").iterdir() if p.is_dir())  # fmt: skip

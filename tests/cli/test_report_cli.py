@@ -83,8 +83,49 @@ def test_smoke_suite_ablate_then_report(run_cli, tmp_path) -> None:
     store = str(tmp_path / "runs")
     result = run_cli("ablate", "--config", str(SMOKE), "--store", store)
     assert result.code == 0, result.err
+    assert "replay: 5 variants on the captures of 2 fa2 cells (2 replayed)" in result.out
     result = run_cli("replay", store)
     assert result.code == 0, result.err
+    assert result.out.count(" cached ") == 2  # ablate replayed already
     result = run_cli("report", store)
     assert result.code == 0, result.err
     assert "Ranking" in result.out and "untiled" in result.out
+    assert "dW columns: dW = dQᵀX." in result.out  # the captures hold the layer input X
+    assert "no layer input X" not in result.out
+    assert "set replay.baseline" not in result.out  # declared in suite.json, not inferred
+
+
+def test_report_takes_the_roles_from_suite_json(run_cli, tmp_path) -> None:
+    import json
+
+    root = fixtures.make_store(tmp_path)
+    assert run_cli("replay", str(root)).code == 0  # infers: baseline by name, no safe variant
+    assert not (root / "planted" / "suite.json").exists()
+    suite_file = root / "planted" / "suite.json"
+
+    def roles(*args: str) -> dict:
+        result = run_cli("report", str(root), "--format", "json", *args)
+        assert result.code == 0, result.err
+        return json.loads(result.out)[0]["roles"]
+
+    replayed = roles()  # the replay's roles (replay.json)
+    assert replayed["baseline"] == "baseline" and replayed["safe"] is None
+
+    raw = {**fixtures.SUITE, "replay": {"baseline": "block-m", "safe": "delta-fp32",
+                                        "components": {"baseline": "all of it"}}}  # fmt: skip
+    suite_file.write_text(json.dumps(raw))
+    declared = roles()
+    assert (declared["baseline"], declared["safe"]) == ("block-m", "delta-fp32")
+    assert declared["components"] == {"baseline": "all of it"} and not declared["notes"]
+    assert roles("--baseline", "baseline")["baseline"] == "baseline"  # the flag still wins
+
+    suite_file.write_text(json.dumps({**fixtures.SUITE, "branch": {"from": "block-m", "step": 0}}))
+    branched = roles()  # no replay: section: the baseline is branch.from
+    assert branched["baseline"] == "block-m" and branched["safe"] is None
+    assert not any("baseline:" in n for n in branched["notes"])
+
+    suite_file.write_text(json.dumps({**fixtures.SUITE, "replay": {"baseline": "gone"}}))
+    assert roles()["baseline"] == "baseline"  # a stale name falls back to the replay's roles
+    suite_file.write_text("[1, 2]")
+    result = run_cli("report", str(root))
+    assert result.code == 2 and "corrupt suite definition" in result.err

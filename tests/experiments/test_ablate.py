@@ -159,10 +159,11 @@ def test_branch_starts_from_the_source_checkpoint_on_the_same_data(tmp_path, mak
         (capture,) = sorted((outcome.planned.run_dir / "captures").glob("*.safetensors"))
         assert capture.name == "step_0000005.safetensors" and capture.stat().st_size <= 30_000
         tensors = load_file(capture)
-        assert set(tensors) == {f"layer1.{n}" for n in ("q", "k", "v", "o", "lse", "do")}
+        assert set(tensors) == {f"layer1.{n}" for n in ("x", "q", "k", "v", "o", "lse", "do")}
         kept = tensors["layer1.q"].shape[0]
         assert 1 <= kept < 4 and tensors["layer1.q"].shape[1:] == (2, 32, 16)
         assert tensors["layer1.lse"].shape == (kept, 2, 32)
+        assert tensors["layer1.x"].shape == (kept, 32, 32)  # B × T × n_embd, trimmed alike
 
 
 @pytest.mark.parametrize(
@@ -193,3 +194,101 @@ def test_select_variants_keeps_the_branch_source(make_suite) -> None:
     assert [c.variant for c in select_variants(suite, ["sfa"]).cells] == ["fa2", "sfa"]
     with pytest.raises(FlashprobeError, match="--variant 'x' is not in the suite"):
         select_variants(suite, ["x"])
+
+
+# -- the suite definition and the post-run replay ------------------------------------------------
+def test_suite_definition_folds_run_overrides_and_plans_the_same_cells(
+    tmp_path, make_suite
+) -> None:
+    from flashprobe.experiments.ablate import suite_definition, write_suite_definition
+
+    raw = make_suite(branch={"from": "fa2", "step": 4})
+    raw["variants"]["sfa"]["train"] = {"steps": 12}  # --set train.steps beats the variant
+    overrides = ["train.steps=8", "kernel.block_n=32", "seeds=[0,1]", "variants.sfa.kernel.beta=4"]
+    suite = expand_suite(raw, overrides, validate=normalise_cell_config)
+    written = write_suite_definition(ResultStore(tmp_path), suite, overrides)
+    assert written == tmp_path / "tiny" / "suite.json"
+    stored = json.loads(written.read_text())
+    assert stored == json.loads(json.dumps(suite_definition(suite, overrides)))
+    assert stored["seeds"] == [0, 1] and stored["variants"]["sfa"]["kernel"]["beta"] == 4
+    again = expand_suite(stored, validate=normalise_cell_config)
+    assert [(c.variant, c.seed, c.config) for c in again.cells] == [
+        (c.variant, c.seed, c.config) for c in suite.cells
+    ]
+    assert all(c.config["train"]["steps"] == 8 for c in again.cells)
+    assert suite_definition(suite) == dict(suite.raw)  # no run-config overrides: as loaded
+    nameless = expand_suite({k: v for k, v in raw.items() if k != "name"}, default_name="stem")
+    assert suite_definition(nameless)["name"] == "stem"
+    all_json_parses(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("replay", "needle"),
+    [
+        ({"bogus": 1}, "unknown replay key 'bogus'"),
+        ({"baseline": "nope"}, "replay.baseline: no variant 'nope'"),
+        ({"safe": "nope"}, "replay.safe: no variant 'nope'"),
+        ({"components": {"ghost": "x"}}, "replay.components: no variant 'ghost'"),
+        ({"variants": ["fa2", "ghost"]}, "replay.variants: no variant 'ghost'"),
+        ({"variants": "fa2"}, "replay.variants must be a list"),
+        ({"sources": "some"}, "replay.sources must be one of"),
+        ({"backend": "cuda"}, "backend must be one of"),
+        (5, "replay: must be a mapping"),
+    ],
+)
+def test_bad_replay_sections_are_refused_with_the_suite(
+    tmp_path, make_suite, replay, needle
+) -> None:
+    from flashprobe.experiments.ablate import prepare_suite
+
+    path = tmp_path / "suite.yaml"
+    path.write_text(json.dumps(make_suite(replay=replay)))
+    with pytest.raises(FlashprobeError, match=needle):
+        prepare_suite(path)
+
+
+def test_replay_settings_of_a_suite(make_suite) -> None:
+    from flashprobe.experiments.ablate import replay_settings
+
+    assert replay_settings(suite_of(make_suite())) is None
+    assert replay_settings(suite_of({**make_suite(), "replay": False})) is None
+    assert replay_settings(suite_of({**make_suite(), "replay": None})).backend == "auto"
+    settings = replay_settings(suite_of(make_suite(replay={"baseline": "fa2", "safe": "sfa"})))
+    assert (settings.baseline, settings.safe, settings.sources) == ("fa2", "sfa", "baseline")
+
+
+def test_replay_after_the_run_uses_what_finished(tmp_path, make_suite) -> None:
+    from flashprobe.experiments import store_reader as sr
+    from flashprobe.experiments.ablate import replay_finished
+
+    raw = make_suite(
+        seeds=[0, 1],
+        base={"capture": {"layers": [1], "steps": [5], "max_bytes": 100_000}},
+        replay={"baseline": "fa2", "safe": "sfa", "variants": ["fa2", "sfa"]},
+    )
+    store = ResultStore(tmp_path)
+    suite = suite_of(raw)
+    plan = plan_suite(suite, store, version="test")
+    # sfa/seed1 fails: the replay still runs, on fa2's two finished cells
+    outcomes = run_plan(
+        plan, store, version="test", events=Recorder(("sfa/seed1", 2), RuntimeError)
+    )
+    assert [o.status for o in outcomes] == ["done", "done", "done", "failed"]
+    replay = replay_finished(store, suite, outcomes)
+    assert replay.status == "replayed" and replay.suite_file == str(
+        tmp_path / "tiny" / "replay.json"
+    )
+    assert [c["status"] for c in replay.cells] == ["replayed", "replayed"]
+    assert "2 variants on the captures of 2 fa2 cells (2 replayed)" in replay.message
+    doc = json.loads((tmp_path / "tiny" / "replay.json").read_text())
+    assert doc["roles"]["baseline"] == "fa2" and doc["roles"]["safe"] == "sfa"
+    assert doc["weight_gradient"] == "dW = dQᵀX"  # real captures hold the layer input X
+    failed = next(o for o in outcomes if o.status == "failed")
+    assert sr.read_replay(sr.CellView(failed.planned.path, {}, {}, None)) is None
+    assert replay_finished(store, suite, outcomes).status == "cached"
+
+    # the baseline finished nothing: nothing to replay on
+    only_sfa = [o for o in outcomes if o.planned.cell.variant == "sfa"]
+    skipped = replay_finished(store, suite, only_sfa)
+    assert skipped.status == "skipped" and "baseline fa2 finished no cell" in skipped.message
+    assert replay_finished(store, suite_of(make_suite()), outcomes).status == "skipped"

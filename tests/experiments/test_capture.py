@@ -78,3 +78,22 @@ def test_rewriting_a_step_replaces_its_entry(tmp_path) -> None:
     manifest = json.loads((tmp_path / "captures" / "manifest.json").read_text())
     assert list(manifest["steps"]) == ["2"] and manifest["steps"]["2"]["sequences"] == 3
     assert not list((tmp_path / "captures").glob(".*"))  # no temporary files left
+
+
+def test_layer_input_x_is_a_capture_tensor_counted_in_the_cap_and_trimmed_alike(tmp_path) -> None:
+    from flashprobe.experiments.capture import TENSOR_NAMES
+
+    assert "x" in TENSOR_NAMES
+    data = {**tensors(), "layer1.x": torch.randn(4, 32, 32)}  # B × T × n_embd (fp32: 4 kB/seq)
+    one_sequence = sum(t[:1].numel() * t.element_size() for t in data.values())
+    without_x = one_sequence - 32 * 32 * 4
+    cap = 2 * (3 * without_x + 4096)  # without x three sequences would fit a share; with x two
+    assert 3 * one_sequence > cap // 2
+    write = writer(tmp_path, cap)
+    write(2, data)
+    loaded = load_file(tmp_path / "captures" / capture_file_name(2))
+    assert set(loaded) == set(data)
+    assert loaded["layer1.q"].shape[0] == loaded["layer1.x"].shape[0] == 2
+    assert torch.equal(loaded["layer1.x"], data["layer1.x"][:2])
+    manifest = json.loads((tmp_path / "captures" / "manifest.json").read_text())
+    assert manifest["steps"]["2"]["bytes"] <= cap // 2

@@ -42,11 +42,13 @@ SUITE = {
 DIVERGED = {"baseline": [3, 3], "delta-fp32": [None, None], "block-m": [3, 2]}
 
 
-def make_store(root: Path, *, with_x: bool = False, finished: bool = True) -> Path:
+def make_store(
+    root: Path, *, with_x: bool = False, finished: bool = True, suite: dict | None = None
+) -> Path:
     """A two-seed suite: every cell finished with DIVERGED outcomes, captures at steps 1-3 of
     layer 1 (fa2 forward on random bf16 tensors, so the baseline replay reproduces O)."""
     store = ResultStore(root)
-    for cell in expand_suite(SUITE, validate=normalise_cell_config).cells:
+    for cell in expand_suite(suite or SUITE, validate=normalise_cell_config).cells:
         path = store.open_cell(cell, "test", {"device": "cpu"})
         folder = path / "run" / "captures"
         folder.mkdir(parents=True)
@@ -63,7 +65,7 @@ def make_store(root: Path, *, with_x: bool = False, finished: bool = True) -> Pa
         (path / "run" / "metrics.jsonl").write_text(
             "".join(json.dumps({"step": s, "loss": 5.0 - s}) + "\n" for s in range(4))
         )
-        step = DIVERGED[cell.variant][cell.seed]
+        step = DIVERGED.get(cell.variant, [None, None])[cell.seed]
         if finished or cell.variant != "block-m" or cell.seed == 0:
             store.finish(
                 path, {"diverged": step is not None, "diverged_step": step, "steps_done": 4}
@@ -131,3 +133,62 @@ def test_replay_settings_are_checked() -> None:
         ReplaySettings.from_suite({"sources": "some"})
     assert ReplaySettings.from_suite(True).sources == "baseline"
     assert ReplaySettings.from_suite({"baseline": "a"}, baseline="b").baseline == "b"
+
+
+def test_x_gives_the_real_dw_per_head_group_and_the_report_drops_the_no_x_note(tmp_path) -> None:
+    """A variant whose layer-1 heads run as two groups (head 1: block_m 32) gets a planted dQ
+    error E on head 1 only: its dW_Q error is Eᵀ X for that head (head 1's B × T × D slice
+    against the captured X), head 0 stays at rounding level, and head 1 matches the variant
+    that runs both heads as one group."""
+    from flashprobe.reference.golden import golden_backward
+    from flashprobe.reporting.report import build_suite_report
+
+    suite = json.loads(json.dumps(SUITE))
+    suite["variants"] = {
+        "baseline": {},
+        "block-m": {"kernel": {"block_m": 32}},
+        "split": {"model": {"layers": {1: {"heads": {1: {"spec": {"block_m": 32}}}}}}},
+    }
+    planted = torch.randn(2, 64, 16, generator=torch.Generator().manual_seed(7)).double()
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        run = run_kernel(*args, **kwargs)
+        if args[4].block_m == 32:  # every head of the group gets dq += E
+            return replace(run, dq=run.dq + planted.unsqueeze(1).to(run.dq.dtype))
+        return run
+
+    root = make_store(tmp_path, with_x=True, suite=suite)
+    cells = sr.read_cells(root, "planted")
+    replay_cells(cells, ReplaySettings(baseline="baseline"), kernel=kernel)
+    source = next(c for c in cells if c.variant == "baseline" and c.seed == 0)
+    doc = sr.read_replay(source)
+    assert doc is not None and doc["weight_gradient"] == "dW = dQᵀX"
+    assert not any("layer input X" in n for n in doc["notes"])
+    capture = sr.load_capture(1, sr.capture_files(source)[0][1])
+    t = {n: capture.layer(1, n) for n in ("q", "k", "v", "do", "x")}
+    gold = golden_backward(t["q"], t["k"], t["v"], t["do"], causal=True, scale=0.25)
+    x = t["x"].double()
+    rec = {(r["variant"], r["head"]): r for r in doc["records"] if r["step"] == 1}
+    expected = float(
+        torch.linalg.vector_norm(torch.einsum("btd,btc->dc", planted, x))
+        / torch.linalg.vector_norm(torch.einsum("btd,btc->dc", gold.dq[:, 1], x))
+    )
+    assert rec["split", 1]["wq_rel"] == pytest.approx(expected, rel=0.02)
+    assert rec["split", 1]["wq_rel"] == rec["block-m", 1]["wq_rel"]
+    assert rec["split", 0]["wq_rel"] == rec["baseline", 0]["wq_rel"] < 0.05
+    assert rec["split", 1]["wk_rel"] == rec["block-m", 1]["wk_rel"] < 0.05  # dK untouched
+
+    report = build_suite_report("planted", sr.read_cells(root, "planted"))
+    assert report.weight_gradient == "dW = dQᵀX"
+    assert not any("layer input X" in n for n in report.notes)
+    assert "layer input X" not in " ".join(report.missing)
+
+
+def test_without_x_the_report_notes_the_token_summed_proxy(tmp_path) -> None:
+    from flashprobe.reporting.report import build_suite_report
+
+    root = make_store(tmp_path)
+    replay_store(root, "planted", settings=ReplaySettings(variants=("baseline",)))
+    report = build_suite_report("planted", sr.read_cells(root, "planted"))
+    assert report.weight_gradient == "token-summed dQ (no X captured)"
+    assert any("no layer input X" in n for n in report.notes)

@@ -1,4 +1,4 @@
-"""Attention stats and Q/K/V/O/LSE/dO capture through GPT.instrument()."""
+"""Attention stats and X/Q/K/V/O/LSE/dO capture through GPT.instrument()."""
 
 from __future__ import annotations
 
@@ -25,8 +25,9 @@ def test_capture_returns_forward_tensors_and_do() -> None:
         _, loss = model(idx, idx)
         loss.backward()
     names = sorted(record.tensors)
-    assert names == [f"layer1.{n}" for n in ("do", "k", "lse", "o", "q", "v")]
+    assert names == [f"layer1.{n}" for n in ("do", "k", "lse", "o", "q", "v", "x")]
     assert record.tensors["layer1.q"].shape == (2, 4, 32, 16)
+    assert record.tensors["layer1.x"].shape == (2, 32, 64)
     assert record.tensors["layer1.lse"].shape == (2, 4, 32)
     assert record.tensors["layer1.do"].abs().sum() > 0
     # LSE is consistent with the captured q, k.
@@ -65,3 +66,42 @@ def test_capture_layer_out_of_range() -> None:
     with pytest.raises(FlashprobeError, match="capture layer 2 out of range"):
         with tiny().instrument(capture_layers=[2]):
             pass
+
+
+def test_captured_x_is_the_c_attn_input_and_gives_the_weight_gradient_per_head() -> None:
+    """dW_Q[h] = dq_hᵀX and dW_K[h] = dk_hᵀX (head h's B × T × D slice against the layer input)
+    are exactly c_attn's weight-gradient rows of head h (fp32 math attention, one forward)."""
+    from flashprobe.reference.golden import golden_backward
+
+    model = tiny(attention="math")
+    idx = torch.randint(0, 256, (2, 32))
+    block = model.transformer.h[1]
+    seen: list[torch.Tensor] = []
+    hook = block.attn.c_attn.register_forward_pre_hook(lambda _m, args: seen.append(args[0]))
+    with model.instrument(stats=False, capture_layers=[1]) as record:
+        _, loss = model(idx, idx)
+        loss.backward()
+    hook.remove()
+    t = record.tensors
+    x = t["layer1.x"]
+    assert x.dtype == torch.float32 and torch.equal(x, seen[0].detach())
+    gold = golden_backward(t["layer1.q"], t["layer1.k"], t["layer1.v"], t["layer1.do"],
+                           causal=True, scale=0.25)  # fmt: skip
+    grad, d, c = block.attn.c_attn.weight.grad.double(), 16, 64
+    for h in range(4):
+        dw_q = torch.einsum("btd,btc->dc", gold.dq[:, h], x.double())
+        dw_k = torch.einsum("btd,btc->dc", gold.dk[:, h], x.double())
+        torch.testing.assert_close(dw_q, grad[h * d : (h + 1) * d], rtol=1e-4, atol=1e-7)
+        torch.testing.assert_close(dw_k, grad[c + h * d : c + (h + 1) * d], rtol=1e-4, atol=1e-7)
+
+
+def test_captured_x_has_the_autocast_dtype_c_attn_consumes() -> None:
+    model = tiny(attention="sdpa")
+    idx = torch.randint(0, 256, (2, 32))
+    with (
+        torch.autocast("cpu", dtype=torch.bfloat16),
+        model.instrument(stats=False, capture_layers=[0]) as record,
+    ):
+        model(idx)
+    assert record.tensors["layer0.x"].dtype == torch.bfloat16
+    assert record.tensors["layer0.x"].shape == (2, 32, 64)

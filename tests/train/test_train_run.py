@@ -154,7 +154,8 @@ def test_flashprobe_kernel_run_with_capture(tmp_path, make_config) -> None:
     summary = train_run(config, tmp_path / "run")
     assert summary.steps_done == 3 and math.isfinite(summary.final_loss)
     tensors = load_file(tmp_path / "run" / "captures" / "step_0000001.safetensors")
-    assert set(tensors) == {f"layer1.{n}" for n in ("q", "k", "v", "o", "lse", "do")}
+    assert set(tensors) == {f"layer1.{n}" for n in ("x", "q", "k", "v", "o", "lse", "do")}
     assert tensors["layer1.q"].dtype == torch.bfloat16 and tensors["layer1.q"].shape[0] == 2
+    assert tensors["layer1.x"].dtype == torch.bfloat16 and tensors["layer1.x"].shape[0] == 2
     stats = read_jsonl(tmp_path / "run" / "metrics.jsonl")[0]["attention"]["1"]
     assert all(v is not None for v in stats["p_bar_ones"])
