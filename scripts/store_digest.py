@@ -29,7 +29,7 @@ def main() -> None:
     cells = []
     for record in ResultStore(args.store).records():
         metrics = record.path / RUN_DIR / "metrics.jsonl"
-        curve, evals = [], []
+        curve, evals, attention = [], [], []
         if metrics.is_file():
             for line in metrics.read_text().splitlines():
                 try:
@@ -41,8 +41,20 @@ def main() -> None:
                     curve.append([step, row["loss"], row.get("grad_norm")])
                 if "val_loss" in row:
                     evals.append([step, row["val_loss"]])
+                if "attention" in row:  # per layer: max logit per head (None: not finite)
+                    per_layer = {
+                        layer: max((x for x in stats["max_logit"] if x is not None), default=None)
+                        for layer, stats in row["attention"].items()
+                    }
+                    attention.append([step, per_layer])
         cells.append(
-            {"meta": record.meta, "summary": record.summary, "loss": curve, "val_loss": evals}
+            {
+                "meta": record.meta,
+                "summary": record.summary,
+                "loss": curve,
+                "val_loss": evals,
+                "max_logit": attention,
+            }
         )
     args.out.write_text(json.dumps(cells))
     print(f"{len(cells)} cells → {args.out}")

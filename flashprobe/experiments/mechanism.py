@@ -76,6 +76,12 @@ def top_direction(error: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tenso
     share of its best rank-1 approximation. A vector is its own direction (u None, share NaN:
     rank 1 by construction)."""
     e = error.double()
+    if not bool(torch.isfinite(e).all()):  # a variant that produced NaN/Inf: no direction
+        return (
+            (None if e.dim() == 1 else torch.full_like(e[:, 0], math.nan)),
+            (torch.full_like(e if e.dim() == 1 else e[0], math.nan)),
+            math.nan,
+        )
     if e.dim() == 1:
         norm = float(torch.linalg.vector_norm(e))
         return None, e / norm if norm > 0 else e, math.nan

@@ -210,10 +210,12 @@ def epilogue(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Step 8: O = acc / ℓ (before its rounding) and lse = (m + log2 ℓ) / LOG2E, natural log.
 
-    A row that saw no key at all (ℓ = 0, only possible with −inf input scores) gets O = 0 and
-    lse = −inf instead of NaN.
+    A row that saw no key at all (m = −inf, only possible with −inf input scores) gets O = 0 and
+    lse = −inf. A row that saw keys but whose every P̄ underflowed (ℓ = 0: the stabilized max
+    β·r with a large tied logit r, paper §4's "too large β") gets O = 0/0 = NaN, as a kernel
+    does: the failure must show, not read as a zero output.
     """
-    seen = (l > 0)[..., None]
+    seen = torch.isfinite(m)[..., None]
     o = torch.where(seen, acc / torch.where(seen, l[..., None], torch.ones_like(acc)), 0.0)
     lse = (m + torch.log2(l)) / as_working(LOG2E, m.dtype)
     return o, lse

@@ -24,6 +24,7 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 
 from flashprobe.errors import FlashprobeError
 from flashprobe.reporting.atomic import write_text_atomic
+from flashprobe.reporting.render import to_jsonable
 
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest"
@@ -58,7 +59,8 @@ def save_checkpoint(
         tensors, optimizer_meta = _split_optimizer_state(optimizer.state_dict())
         save_file(tensors, str(tmp / "optimizer.safetensors"))
         state = {"step": step, "optimizer": optimizer_meta, **extra}
-        (tmp / "state.json").write_text(json.dumps(state, indent=1, allow_nan=False))
+        # A diverged run's last checkpoint may hold NaN losses: stored as null (strict JSON).
+        (tmp / "state.json").write_text(json.dumps(to_jsonable(state), indent=1, allow_nan=False))
         if final.exists():  # rewriting the same step (a resumed run); replace it whole
             shutil.rmtree(final)
         os.replace(tmp, final)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,7 @@ import torch
 
 from flashprobe.model.gpt import GPT
 from flashprobe.reporting.atomic import write_text_atomic
+from flashprobe.reporting.render import to_jsonable
 
 
 @torch.no_grad()
@@ -31,17 +31,6 @@ def qk_spectral_norms(model: GPT) -> dict[str, list[Any]]:
     return out
 
 
-def json_safe(value: Any) -> Any:
-    """NaN/Inf → None so every line is strict JSON."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    return value
-
-
 class JsonlLog:
     """Append-only JSONL, one record per line, flushed per line (readable while running)."""
 
@@ -51,7 +40,7 @@ class JsonlLog:
         self._handle = path.open("a", encoding="utf-8")
 
     def write(self, record: dict[str, Any]) -> None:
-        self._handle.write(json.dumps(json_safe(record), allow_nan=False) + "\n")
+        self._handle.write(json.dumps(to_jsonable(record), allow_nan=False) + "\n")
         self._handle.flush()
 
     def close(self) -> None:

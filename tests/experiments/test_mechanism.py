@@ -65,3 +65,14 @@ def test_signed_error_and_relative_error() -> None:
     assert mech.relative_error(torch.tensor([1.0, 1.0]), torch.tensor([1.0, 0.0])) == 1.0
     assert mech.cumulative([1.0, 2.0, -1.0]) == [1.0, 3.0, 2.0]
     assert math.isnan(mech.growth_exponent([8], [1.0]))
+
+
+def test_non_finite_errors_have_no_direction_instead_of_crashing() -> None:
+    """A variant whose kernel returned NaN (stabilized underflow) must not abort the replay."""
+    series = mech.ErrorSeries()
+    series.add(torch.full((4, 3), math.nan))
+    series.add(torch.ones(4, 3))
+    assert math.isnan(series.rank1_share()) is False  # the finite step still counts
+    assert math.isnan(series.direction_similarity())
+    u, v, share = mech.top_direction(torch.tensor([1.0, math.inf]))
+    assert u is None and torch.isnan(v).all() and math.isnan(share)

@@ -351,3 +351,27 @@ def test_bad_inputs_raise(shape: tuple[int, ...], dtype: torch.dtype, scale, mat
     q = torch.randn(shape).to(dtype)
     with pytest.raises(FlashprobeError, match=match):
         triton_attention(q, q, q, causal=False, spec="fa2", scale=scale)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("preset", ["sfa", "paper-sfa"])
+def test_stabilized_underflow_is_nan_like_the_emulator(device: str, preset: str) -> None:
+    """A tied max logit of 160 shifted to β·160: every P̄ underflows, ℓ = 0 and O = 0/0. The
+    kernel and the emulator must both say NaN (paper §4: too large a β underflows), and the
+    standard kernel on the same rows stays finite."""
+    d, n = 32, 64
+    scale = 1.0 / math.sqrt(d)
+    scores = torch.linspace(150.0, 159.0, n)
+    scores[5] = scores[9] = 160.0
+    q = torch.zeros(1, 1, 1, d)
+    q[..., 0] = 8.0
+    k = torch.zeros(1, 1, n, d)
+    k[0, 0, :, 0] = scores / (8.0 * scale)
+    v = torch.randn(1, 1, n, d) - 2.5
+    q, k, v = (t.to(device=device, dtype=torch.bfloat16) for t in (q, k, v))
+
+    o_kernel = triton_attention(q, k, v, causal=False, spec=make_spec(preset), scale=scale)
+    o_emulator = emulate_forward(q, k, v, make_spec(preset), causal=False, scale=scale).o
+    assert torch.isnan(o_kernel).all() and torch.isnan(o_emulator).all()
+    standard = make_spec(preset, {"softmax": "standard"})
+    assert torch.isfinite(triton_attention(q, k, v, causal=False, spec=standard, scale=scale)).all()

@@ -414,3 +414,17 @@ def test_emulator_on_cuda_is_ieee_fp32(make_qkv) -> None:
     gpu = run(qb, kb, vb, dob, PRESETS["fa2"], causal=True)
     assert rel_l2(gpu[0].o.cpu(), cpu[0].o.double()) < 2.0**-8
     assert rel_l2(gpu[1].dq.cpu(), cpu[1].dq.double()) < 2.0**-7
+
+
+def test_stabilized_underflow_gives_nan_not_zero() -> None:
+    """ℓ = 0 after every P̄ underflowed (tied logit 160, β = 2) must surface as NaN; a row with no
+    visible key at all (all −inf scores) is the only one that reads as O = 0."""
+    s_raw = torch.full((1, 1, 2, 32), 150.0)
+    s_raw[0, 0, 0, 3] = s_raw[0, 0, 0, 8] = 160.0
+    s_raw[0, 0, 1] = -math.inf
+    v = torch.randn(1, 1, 32, 16).bfloat16().float()
+    out = online_softmax_forward(
+        s_raw, v, make_spec("sfa"), scale=1.0, causal=False, low_dtype=torch.bfloat16
+    )
+    assert torch.isnan(out.o_fp32[0, 0, 0]).all()
+    assert (out.o_fp32[0, 0, 1] == 0).all() and out.lse[0, 0, 1] == -math.inf

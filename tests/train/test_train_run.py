@@ -159,3 +159,32 @@ def test_flashprobe_kernel_run_with_capture(tmp_path, make_config) -> None:
     assert tensors["layer1.x"].dtype == torch.bfloat16 and tensors["layer1.x"].shape[0] == 2
     stats = read_jsonl(tmp_path / "run" / "metrics.jsonl")[0]["attention"]["1"]
     assert all(v is not None for v in stats["p_bar_ones"])
+
+
+def test_nan_attention_output_is_a_divergence_not_a_crash(tmp_path, make_config, monkeypatch):
+    """A kernel whose output turns NaN mid-run (seen with paper-sfa on the H200) must end the run
+    as diverged (rule nonfinite) with a strict-JSON checkpoint and summary, not an exception."""
+
+    import flashprobe.model.attention as attention_module
+
+    real = attention_module.flashprobe_attention()
+    calls = {"n": 0}
+
+    def poisoned(*args, **kwargs):
+        out = real(*args, **kwargs)
+        calls["n"] += 1
+        return out * float("nan") if calls["n"] > 10 else out
+
+    monkeypatch.setattr(attention_module, "flashprobe_attention", lambda: poisoned)
+    config = make_config(
+        model={"attention": {"impl": "flashprobe", "backend": "emulator"}},
+        train={"steps": 12, "checkpoint_every": 2},
+        metrics={"attention_stats_every": 0},
+    )
+    summary = train_run(config, tmp_path / "run")
+    assert summary.diverged and summary.divergence_rule == "nonfinite"
+    assert summary.steps_done < 12
+    state_files = list((tmp_path / "run" / "checkpoints").glob("step_*/state.json"))
+    assert state_files
+    for path in state_files:
+        json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"non-strict {c}"))
