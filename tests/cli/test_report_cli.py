@@ -78,7 +78,6 @@ def test_plots_are_written(run_cli, tmp_path) -> None:
     assert "planted_loss.png" in names and "planted_delta_cumsum.png" in names
 
 
-@pytest.mark.skipif(not SMOKE.is_file(), reason="ablations/smoke.yaml not there yet")
 def test_smoke_suite_ablate_then_report(run_cli, tmp_path) -> None:
     store = str(tmp_path / "runs")
     result = run_cli("ablate", "--config", str(SMOKE), "--store", store)

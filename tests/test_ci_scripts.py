@@ -1,0 +1,33 @@
+"""The GPU smoke script fails loudly where it cannot run (CPU CI checks that it is not silent)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from flashprobe.experiments.suite import load_suite
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU failure path")
+def test_gpu_smoke_exits_non_zero_without_a_gpu() -> None:
+    result = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "gpu-smoke")],
+        capture_output=True,
+        text=True,
+        env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert "no CUDA GPU is visible" in result.stderr
+
+
+def test_gpu_smoke_suite_is_valid() -> None:
+    suite = load_suite(ROOT / "ablations" / "gpu-smoke.yaml")
+    assert suite.variants() == ["fa2", "sfa"]
+    assert all(c.config["train"]["device"] == "cuda" for c in suite.cells)
