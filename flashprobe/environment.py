@@ -1,7 +1,8 @@
-"""Where a result came from: versions, platform, device, git SHA (for every report's JSON)."""
+"""Where a result came from: versions, platform, GPU, driver, git SHA (every result records it)."""
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 import sys
@@ -18,25 +19,33 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def _run(args: list[str], cwd: Path | None = None) -> str | None:
+    """stdout of a short command, or None when it is missing or fails."""
+    try:
+        out = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
 def git_sha(path: str | Path | None = None) -> str | None:
     """HEAD of the checkout holding `path` (default: this package), or None outside one."""
     where = Path(path) if path is not None else Path(__file__).resolve().parent
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=where,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    sha = out.stdout.strip()
-    return sha if out.returncode == 0 and sha else None
+    return _run(["git", "rev-parse", "HEAD"], cwd=where) or None
 
 
-def environment(device: str | None = None) -> dict[str, Any]:
+def git_dirty() -> bool | None:
+    """Uncommitted changes to tracked files of flashprobe's checkout (None: not a checkout)."""
+    out = _run(["git", "status", "--porcelain", "--untracked-files=no"], Path(__file__).parent)
+    return None if out is None else bool(out)
+
+
+def nvidia_driver() -> str | None:
+    out = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    return out.splitlines()[0].strip() if out else None
+
+
+def environment(device: str | None = None, world_size: int = 1) -> dict[str, Any]:
     """A JSON-ready description of the software and hardware a command ran on."""
     from flashprobe import __version__
 
@@ -49,6 +58,9 @@ def environment(device: str | None = None) -> dict[str, Any]:
         "device": device,
         "gpu": None,
         "git_sha": git_sha(),
+        "git_dirty": git_dirty(),
+        "cpu_count": os.cpu_count(),
+        "world_size": world_size,
     }
     torch = sys.modules.get("torch")
     if torch is None:
@@ -58,6 +70,10 @@ def environment(device: str | None = None) -> dict[str, Any]:
             torch = None
     if torch is not None:
         info["torch"] = torch.__version__
+        info["cuda"] = torch.version.cuda
+        cuda = torch.cuda.is_available()
+        info["gpu_count"] = torch.cuda.device_count() if cuda else 0
+        info["driver"] = nvidia_driver() if cuda else None
         if device is not None and device.startswith("cuda") and torch.cuda.is_available():
             info["gpu"] = torch.cuda.get_device_name(torch.device(device))
     return info

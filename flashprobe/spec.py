@@ -22,6 +22,7 @@ from typing import Any, Literal, get_args
 import yaml
 
 from flashprobe.errors import FlashprobeError
+from flashprobe.yaml_io import read_yaml
 
 Precision = Literal["bf16", "fp32"]
 SoftmaxMode = Literal["standard", "stabilized", "fused_scale"]
@@ -195,14 +196,7 @@ def parse_assignments(assignments: Iterable[str]) -> dict[str, Any]:
 def spec_from_yaml(path: str | Path) -> KernelSpec:
     """Load a spec from a YAML file holding a mapping (optionally under a `kernel:` key)."""
     path = Path(path)
-    if not path.is_file():
-        raise FlashprobeError(f"spec file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        line = getattr(getattr(exc, "problem_mark", None), "line", None)
-        where = f" (line {line + 1})" if line is not None else ""
-        raise FlashprobeError(f"malformed YAML in {path}{where}") from None
+    data = read_yaml(path, "spec")
     if isinstance(data, Mapping) and isinstance(data.get("kernel"), Mapping):
         data = data["kernel"]
     if not isinstance(data, Mapping):

@@ -60,7 +60,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
-import subprocess
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -371,7 +370,7 @@ def run_plan(
     dist = setup_distributed(next(iter(devices), "auto"))
     events = events if events is not None and dist.is_main else SuiteEvents()
     try:
-        env = cell_environment(str(dist.device), dist.world_size) if dist.is_main else {}
+        env = environment(str(dist.device), dist.world_size) if dist.is_main else {}
         events.suite_started(plan)
         outcomes: list[CellOutcome] = []
         for planned in plan:
@@ -589,49 +588,3 @@ def replay_finished(
         tuple(outcome.cells),
         tuple(outcome.notes),
     )
-
-
-# -- environment --------------------------------------------------------------------------------
-def cell_environment(device: str, world_size: int = 1) -> dict[str, Any]:
-    """flashprobe.environment plus what a training result also depends on."""
-    import torch
-
-    info = environment(device)
-    info["cuda"] = torch.version.cuda
-    info["driver"] = _nvidia_driver() if torch.cuda.is_available() else None
-    info["gpu_count"] = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    info["world_size"] = world_size
-    info["git_dirty"] = _git_dirty()
-    info["cpu_count"] = os.cpu_count()
-    return info
-
-
-def _nvidia_driver() -> str | None:
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    lines = out.stdout.strip().splitlines()
-    return lines[0].strip() if out.returncode == 0 and lines else None
-
-
-def _git_dirty() -> bool | None:
-    """Uncommitted changes to tracked files of flashprobe's checkout (None: not a checkout)."""
-    try:
-        out = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=Path(__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return bool(out.stdout.strip()) if out.returncode == 0 else None

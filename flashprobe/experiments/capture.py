@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,7 @@ import torch
 from safetensors.torch import save
 
 from flashprobe.experiments.cell_config import CaptureConfig
-from flashprobe.reporting.atomic import write_text_atomic
+from flashprobe.reporting.atomic import write_bytes_atomic, write_text_atomic
 from flashprobe.train.config import TrainConfig
 
 CAPTURE_DIR = "captures"
@@ -73,7 +71,7 @@ class CaptureWriter:
             keep = min(keep - 1, max(1, int(keep * self.share / len(blob))))
         entry: dict[str, Any] = {"step": step, "sequences_in_micro_batch": total}
         if keep >= 1:
-            _write_bytes_atomic(self.folder / name, blob)
+            write_bytes_atomic(self.folder / name, blob)
             entry.update(file=name, sequences=keep, bytes=len(blob))
         else:
             (self.folder / name).unlink(missing_ok=True)  # a stale file from an earlier attempt
@@ -120,16 +118,3 @@ def _attention_of(train: TrainConfig, layers: tuple[int, ...]) -> dict[str, Any]
         ]
         for layer in layers
     }
-
-
-def _write_bytes_atomic(path: Path, blob: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(blob)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

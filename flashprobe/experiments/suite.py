@@ -34,10 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from flashprobe.errors import FlashprobeError
 from flashprobe.spec import parse_assignments
+from flashprobe.yaml_io import read_yaml
 
 SUITE_KEYS = ("name", "description", "seeds", "base", "variants", "axes", "branch", "replay")
 BRANCH_KEYS = ("from", "step")
@@ -90,14 +89,7 @@ def load_suite(
     so a bad suite is rejected before anything runs.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FlashprobeError(f"suite file not found: {path}")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise FlashprobeError(f"malformed YAML in {path}{where}") from None
+    raw = read_yaml(path, "suite")
     if not isinstance(raw, Mapping):
         raise FlashprobeError(f"{path}: a suite must be a mapping with a 'base' section")
     return expand_suite(raw, overrides, validate, default_name=path.stem)

@@ -11,11 +11,16 @@ from flashprobe.errors import FlashprobeError
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write via a temporary file in the same folder and rename it into place."""
+    write_bytes_atomic(path, text.encode())
+
+
+def write_bytes_atomic(path: Path, blob: bytes) -> None:
+    """Write via a temporary file in the same folder, fsync it, and rename it into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(blob)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
