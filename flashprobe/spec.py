@@ -35,7 +35,8 @@ MAX_BLOCK = 1 << 16
 
 FIELD_DOCS: dict[str, str] = {
     "block_m": "Query rows per tile; None lets the kernel choose. Numerically inert in the "
-    "forward (rows are independent); the Triton kernel uses it as its query tile when set.",
+    "forward (rows are independent); the Triton kernel uses it as its query tile when it is "
+    "at most 128 (larger tiles do not fit in registers) and picks its own otherwise.",
     "block_n": "Key columns per tile of the online softmax; None ('full') means one tile "
     "spanning the whole sequence (the paper's 'untiled' ablation). Changes where m is "
     "updated, so it changes P̄ and its rounding.",
