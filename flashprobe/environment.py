@@ -29,9 +29,10 @@ def _run(args: list[str], cwd: Path | None = None) -> str | None:
 
 
 def git_sha(path: str | Path | None = None) -> str | None:
-    """HEAD of the checkout holding `path` (default: this package), or None outside one."""
+    """HEAD of the checkout holding `path` (default: this package); outside a checkout (a copied
+    tree on a remote GPU machine) the value of FLASHPROBE_GIT_SHA, else None."""
     where = Path(path) if path is not None else Path(__file__).resolve().parent
-    return _run(["git", "rev-parse", "HEAD"], cwd=where) or None
+    return _run(["git", "rev-parse", "HEAD"], cwd=where) or os.environ.get("FLASHPROBE_GIT_SHA")
 
 
 def git_dirty() -> bool | None:

@@ -146,7 +146,7 @@ def main() -> None:
     shapes = bench.default_shapes(seqs=args.seqs, head_dims=HEAD_DIMS)
     impls = bench.implementations(args.presets, instrumented=True, peers=True)
     timings = bench.run_benchmark(shapes, impls, bench.MODES)
-    payload = {"environment": environment(), "timings": [t.to_dict() for t in timings]}
+    payload = {"environment": environment("cuda"), "timings": [t.to_dict() for t in timings]}
     (args.out / "bench.json").write_text(json.dumps(payload, indent=1))
     print(bench_tables(timings, impls))
 

@@ -105,7 +105,7 @@ def main() -> None:
 
     from flashprobe.environment import environment
 
-    results = {"environment": environment(), "attention_only": attention_only(args.batch)}
+    results = {"environment": environment("cuda"), "attention_only": attention_only(args.batch)}
     print(json.dumps(results["attention_only"]))
     with tempfile.TemporaryDirectory() as tmp:
         runs = [run_variant(n, args.steps, args.batch, args.warmup, Path(tmp)) for n in VARIANTS]
