@@ -21,8 +21,8 @@ Evidence per variant v (reference r: the baseline for restore, the safe variant 
                diverged seeds (mean, t 95% interval)
                Δp = p_r − p_v (restore: the divergence the change removes)
                     p_v − p_r (add: the divergence the component brings in)
-    mechanism  B = delta_bias of the replay (experiments.replay.summarise: Σ over source, layer
-               and head of |δ error summed over tokens and steps| / tokens)
+    mechanism  B = delta_bias of the replay (experiments.replay_summary.summarise: Σ over
+               source, layer and head of |δ error summed over tokens and steps| / tokens)
                restore: 1 − B_v / B_baseline (the share of the baseline's biased δ error the
                change removes); add: (B_v − B_safe) / (B_baseline − B_safe)
     score      the mean of Δp and the mechanism share clipped to [−1, 1], over the ones that

@@ -20,7 +20,7 @@ from flashprobe.errors import FlashprobeError
 from flashprobe.experiments import store_reader as sr
 from flashprobe.experiments.bias import T_SIGNIFICANT
 from flashprobe.experiments.ranking import METHOD, Roles, rank, resolve_roles
-from flashprobe.experiments.replay import hot_spots, summarise
+from flashprobe.experiments.replay_summary import hot_spots, summarise
 from flashprobe.reporting.render import render_csv, render_json
 
 FORMATS = ("table", "markdown", "csv", "json")
