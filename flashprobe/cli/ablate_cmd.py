@@ -95,6 +95,7 @@ def ablate_command(
         replay_settings,
         run_plan,
         select_variants,
+        suite_session,
         write_suite_definition,
     )
     from flashprobe.experiments.store import ResultStore
@@ -117,26 +118,27 @@ def ablate_command(
     if main_rank:
         write_suite_definition(result_store, full, overrides)
     display = ProgressDisplay() if main_rank else None
-    try:
-        outcomes = run_plan(plan, result_store, version=version, events=display)
-    except KeyboardInterrupt:
-        if display is not None:
-            display.close()
-        typer.echo(
-            "flashprobe: interrupted; rerun with --resume to continue the unfinished cell",
-            err=True,
-        )
-        raise SystemExit(130) from None
-    finally:
-        if display is not None:
-            display.close()
-    if not main_rank:
-        return
-    replay = None
-    if settings is not None:
-        live = display is not None and display.live
-        say = display.console.print if live and display is not None else None
-        replay = replay_finished(result_store, suite, outcomes, settings=settings, progress=say)
+    with suite_session(plan):
+        try:
+            outcomes = run_plan(plan, result_store, version=version, events=display)
+        except KeyboardInterrupt:
+            if display is not None:
+                display.close()
+            typer.echo(
+                "flashprobe: interrupted; rerun with --resume to continue the unfinished cell",
+                err=True,
+            )
+            raise SystemExit(130) from None
+        finally:
+            if display is not None:
+                display.close()
+        if not main_rank:
+            return
+        replay = None
+        if settings is not None:
+            live = display is not None and display.live
+            say = display.console.print if live and display is not None else None
+            replay = replay_finished(result_store, suite, outcomes, settings=settings, progress=say)
     rows = [_outcome_row(o) for o in outcomes]
     document = {
         "suite": suite.name,

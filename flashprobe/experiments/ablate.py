@@ -57,11 +57,12 @@ cell of the run is replayed once all cells ran (experiments.replay; rank 0 only)
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import os
 import traceback
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -349,6 +350,30 @@ def plan_suite(
 
 
 # -- running ------------------------------------------------------------------------------------
+def plan_device(plan: Sequence[PlannedCell]) -> str:
+    """The one train.device of the cells to run (torchrun ranks must agree on it)."""
+    devices = {p.setup.train.train.device for p in plan if p.action != "skip"}
+    if len(devices) > 1 and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise FlashprobeError(f"under torchrun every cell needs the same train.device: {devices}")
+    return next(iter(devices), "auto")
+
+
+@contextlib.contextmanager
+def suite_session(plan: Sequence[PlannedCell]) -> Iterator[None]:
+    """The process group for a whole command: training, then rank 0's replay and report.
+
+    Under torchrun every rank stays until rank 0 is done (a rank that exits while another
+    still works can abort in gloo's teardown); run_plan inside reuses this group.
+    """
+    from flashprobe.train.distributed import setup_distributed
+
+    dist = setup_distributed(plan_device(plan))
+    try:
+        yield
+    finally:
+        dist.close()
+
+
 def run_plan(
     plan: Sequence[PlannedCell],
     store: ResultStore,
@@ -364,10 +389,7 @@ def run_plan(
     """
     from flashprobe.train.distributed import setup_distributed
 
-    devices = {p.setup.train.train.device for p in plan if p.action != "skip"}
-    if len(devices) > 1 and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise FlashprobeError(f"under torchrun every cell needs the same train.device: {devices}")
-    dist = setup_distributed(next(iter(devices), "auto"))
+    dist = setup_distributed(plan_device(plan))
     events = events if events is not None and dist.is_main else SuiteEvents()
     try:
         env = environment(str(dist.device), dist.world_size) if dist.is_main else {}

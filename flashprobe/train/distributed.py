@@ -6,6 +6,7 @@ loss, rank 0 writes every file. Untested on several GPUs in CI (needs a multi-GP
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 
@@ -40,6 +41,11 @@ class Distributed:
 
     def close(self) -> None:
         if self.initialised_here:
+            # DDP reducers left in reference cycles keep gloo's worker threads (and tensors they
+            # hold) alive past destroy_process_group, which can abort the process at exit:
+            # collect them first, and let every rank get here before any tears down.
+            gc.collect()
+            dist.barrier()
             dist.destroy_process_group()
 
 
