@@ -24,7 +24,13 @@ from typing import Any
 import torch
 
 from flashprobe.errors import FlashprobeError
-from flashprobe.experiments.store import SUITE_FILE, ResultStore, read_json, write_json
+from flashprobe.experiments.store import (
+    SUITE_FILE,
+    CellRecord,
+    ResultStore,
+    read_json,
+    write_json,
+)
 
 REPLAY_FILE = "replay.json"
 CAPTURE_SUBDIR = "captures"
@@ -32,13 +38,8 @@ METRICS_FILE = "metrics.jsonl"
 
 
 @dataclass(frozen=True)
-class CellView:
-    """A cell as replay and report see it."""
-
-    path: Path
-    meta: Mapping[str, Any]
-    config: Mapping[str, Any]
-    summary: Mapping[str, Any] | None
+class CellView(CellRecord):
+    """A cell as replay and report see it: the store's record plus what they read off it."""
 
     @property
     def suite(self) -> str:
@@ -63,10 +64,6 @@ class CellView:
     @property
     def name(self) -> str:
         return self.path.name
-
-    @property
-    def finished(self) -> bool:
-        return self.summary is not None
 
     @property
     def branch_from(self) -> str | None:
@@ -192,13 +189,7 @@ def load_capture(step: int, path: Path) -> Capture:
 
 # -- replay results -------------------------------------------------------------------------
 def read_replay(cell: CellView) -> dict[str, Any] | None:
-    path = cell.replay_path
-    if not path.is_file():
-        return None
-    data = read_json(path)
-    if not isinstance(data, dict):
-        raise FlashprobeError(f"corrupt replay results: {path}")
-    return data
+    return _read_replay_file(cell.replay_path)
 
 
 def write_replay(cell: CellView, data: Mapping[str, Any]) -> Path:
@@ -207,18 +198,21 @@ def write_replay(cell: CellView, data: Mapping[str, Any]) -> Path:
 
 
 def read_suite_replay(folder: Path) -> dict[str, Any] | None:
-    path = folder / REPLAY_FILE
+    return _read_replay_file(folder / REPLAY_FILE)
+
+
+def write_suite_replay(folder: Path, data: Mapping[str, Any]) -> Path:
+    write_json(folder / REPLAY_FILE, data)
+    return folder / REPLAY_FILE
+
+
+def _read_replay_file(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     data = read_json(path)
     if not isinstance(data, dict):
         raise FlashprobeError(f"corrupt replay results: {path}")
     return data
-
-
-def write_suite_replay(folder: Path, data: Mapping[str, Any]) -> Path:
-    write_json(folder / REPLAY_FILE, data)
-    return folder / REPLAY_FILE
 
 
 def _hashable(value: Any) -> Any:
