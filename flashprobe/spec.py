@@ -22,7 +22,7 @@ from typing import Any, Literal, get_args
 import yaml
 
 from flashprobe.errors import FlashprobeError
-from flashprobe.yaml_io import read_yaml
+from flashprobe.yaml_io import load_yaml, read_yaml
 
 Precision = Literal["bf16", "fp32"]
 SoftmaxMode = Literal["standard", "stabilized", "fused_scale"]
@@ -188,7 +188,7 @@ def parse_assignments(assignments: Iterable[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise FlashprobeError(f"expected key=value, got {item!r}")
         try:
-            out[key.strip()] = yaml.safe_load(raw) if raw.strip() else None
+            out[key.strip()] = load_yaml(raw) if raw.strip() else None
         except yaml.YAMLError:
             out[key.strip()] = raw
     return out

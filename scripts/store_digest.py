@@ -29,7 +29,7 @@ def main() -> None:
     cells = []
     for record in ResultStore(args.store).records():
         metrics = record.path / RUN_DIR / "metrics.jsonl"
-        curve, evals, attention = [], [], []
+        curve, evals, attention, spectral = [], [], [], []
         if metrics.is_file():
             for line in metrics.read_text().splitlines():
                 try:
@@ -46,7 +46,15 @@ def main() -> None:
                         layer: max((x for x in stats["max_logit"] if x is not None), default=None)
                         for layer, stats in row["attention"].items()
                     }
-                    attention.append([step, per_layer])
+                    ties = {  # tie events (None for sdpa/math layers, which do not count them)
+                        layer: sum(x for x in stats["tie_events"] if x is not None)
+                        if stats.get("tie_events") is not None
+                        else None
+                        for layer, stats in row["attention"].items()
+                    }
+                    attention.append([step, per_layer, ties])
+                if "spectral" in row:  # per layer: largest W_Q spectral norm over heads
+                    spectral.append([step, [max(h) for h in row["spectral"]["wq_heads"]]])
         cells.append(
             {
                 "meta": record.meta,
@@ -54,6 +62,7 @@ def main() -> None:
                 "loss": curve,
                 "val_loss": evals,
                 "max_logit": attention,
+                "wq_spectral": spectral,
             }
         )
     args.out.write_text(json.dumps(cells))

@@ -96,6 +96,14 @@ def test_parse_assignments_reads_yaml_scalars() -> None:
         parse_assignments(["block_n"])
 
 
+def test_parse_assignments_reads_exponent_floats() -> None:
+    # YAML 1.1 would keep '4e-3' a string; users (and YAML 1.2) mean a number.
+    assert parse_assignments(["tie_tolerance=4e-3", "beta=2E+0"]) == {
+        "tie_tolerance": 0.004,
+        "beta": 2.0,
+    }
+
+
 # -- YAML ---------------------------------------------------------------------------------------
 def test_yaml_round_trip(tmp_path) -> None:
     flat = tmp_path / "flat.yaml"
