@@ -22,7 +22,17 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from flashprobe.kernels.common import dot_f32, dot_low, dot_maybe_low, rnd, scores_log2, to_low
+from flashprobe.kernels.common import (
+    causal_valid,
+    dot_f32,
+    dot_low,
+    dot_maybe_low,
+    head_offsets,
+    load_rows,
+    rnd,
+    scores_log2,
+    to_low,
+)
 
 DELTA_O_LOWP = 0
 DELTA_O_FP32 = 1
@@ -64,8 +74,7 @@ def attn_bwd_preprocess_kernel(
     LOW: tl.constexpr = Q.dtype.element_ty
     start_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    off_b = (pid_bh // H).to(tl.int64)
-    off_h = (pid_bh % H).to(tl.int64)
+    off_b, off_h = head_offsets(pid_bh, H)
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < M
@@ -80,9 +89,7 @@ def attn_bwd_preprocess_kernel(
     else:  # recompute from P over key tiles
         row_ptrs = pid_bh.to(tl.int64) * M + offs_m
         lse_log2 = tl.load(LSE + row_ptrs, mask=row_ok, other=0.0) * 1.4426950408889634
-        q_ptrs = Q + off_b * stride_qb + off_h * stride_qh
-        q = tl.load(q_ptrs + offs_m[:, None] * stride_qm + offs_d[None, :],
-                    mask=row_ok[:, None], other=0.0)  # fmt: skip
+        q = load_rows(Q + off_b * stride_qb + off_h * stride_qh, offs_m, offs_d, stride_qm, M, True)
         k_base = K + off_b * stride_kb + off_h * stride_kh
         v_base = V + off_b * stride_vb + off_h * stride_vh
         if CAUSAL:
@@ -93,19 +100,13 @@ def attn_bwd_preprocess_kernel(
         delta = tl.zeros([BLOCK_M], dtype=tl.float32)
         for start_n in range(0, kv_end, BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
-            col_ok = offs_n < N
-            k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :],
-                        mask=col_ok[:, None], other=0.0)  # fmt: skip
-            v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :],
-                        mask=col_ok[:, None], other=0.0)  # fmt: skip
+            k = load_rows(k_base, offs_n, offs_d, stride_kn, N, True)
+            v = load_rows(v_base, offs_n, offs_d, stride_vn, N, True)
             s_raw = dot_low(q, tl.trans(k), None, INTERPRET)
             p = _probabilities(
                 s_raw, lse_log2, scale, qk_scale, SCORE_LOW, FUSED, LOW, 0, INTERPRET
             )
-            valid = col_ok[None, :]
-            if CAUSAL:
-                valid = valid & (offs_n[None, :] <= offs_m[:, None])
-            p = tl.where(valid, p, 0.0)
+            p = tl.where(causal_valid(offs_m, offs_n, N, CAUSAL), p, 0.0)
             if SOURCE == 2:  # o_recompute: O' = P V in fp32
                 o_acc = dot_f32(p, v, o_acc)
             else:  # dp_p: sum_j P ∘ dP with dP = dO Vᵀ
@@ -134,17 +135,13 @@ def _bwd_dkdv(
     offs_d = tl.arange(0, HEAD_DIM)
     for start in range(start_m, end_m, BLOCK_M):
         offs_m = start + tl.arange(0, BLOCK_M)
+        q = load_rows(q_base, offs_m, offs_d, stride_qm, M, MASKED)
+        do = load_rows(do_base, offs_m, offs_d, stride_dom, M, MASKED)
         if MASKED:
             row_ok = offs_m < M
-            q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :],
-                        mask=row_ok[:, None], other=0.0)  # fmt: skip
-            do = tl.load(do_base + offs_m[:, None] * stride_dom + offs_d[None, :],
-                         mask=row_ok[:, None], other=0.0)  # fmt: skip
             lse = tl.load(lse_base + offs_m, mask=row_ok, other=0.0)
             delta = tl.load(delta_base + offs_m, mask=row_ok, other=0.0)
         else:
-            q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :])
-            do = tl.load(do_base + offs_m[:, None] * stride_dom + offs_d[None, :])
             lse = tl.load(lse_base + offs_m)
             delta = tl.load(delta_base + offs_m)
         s_raw_t = dot_low(k, tl.trans(q), None, INTERPRET)  # [BLOCK_N, BLOCK_M]
@@ -174,22 +171,12 @@ def _bwd_dq(
     offs_d = tl.arange(0, HEAD_DIM)
     for start in range(start_n, end_n, BLOCK_N):
         offs_n = start + tl.arange(0, BLOCK_N)
-        if MASKED:
-            col_ok = offs_n < N
-            k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :],
-                        mask=col_ok[:, None], other=0.0)  # fmt: skip
-            v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :],
-                        mask=col_ok[:, None], other=0.0)  # fmt: skip
-        else:
-            k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :])
-            v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :])
+        k = load_rows(k_base, offs_n, offs_d, stride_kn, N, MASKED)
+        v = load_rows(v_base, offs_n, offs_d, stride_vn, N, MASKED)
         s_raw = dot_low(q, tl.trans(k), None, INTERPRET)
         p = _probabilities(s_raw, lse_log2, scale, qk_scale, SCORE_LOW, FUSED, LOW, 0, INTERPRET)
         if MASKED:
-            valid = col_ok[None, :]
-            if CAUSAL:
-                valid = valid & (offs_n[None, :] <= offs_m[:, None])
-            p = tl.where(valid, p, 0.0)
+            p = tl.where(causal_valid(offs_m, offs_n, N, CAUSAL), p, 0.0)
         dp = dot_low(do, tl.trans(v), None, INTERPRET)
         ds = p * (dp - delta[:, None])
         dq = dot_maybe_low(ds, k, dq, DS_LOW, LOW, INTERPRET)
@@ -219,8 +206,7 @@ def attn_bwd_kernel(
     LOW: tl.constexpr = Q.dtype.element_ty
     pid = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    off_b = (pid_bh // H).to(tl.int64)
-    off_h = (pid_bh % H).to(tl.int64)
+    off_b, off_h = head_offsets(pid_bh, H)
     q_base = Q + off_b * stride_qb + off_h * stride_qh
     k_base = K + off_b * stride_kb + off_h * stride_kh
     v_base = V + off_b * stride_vb + off_h * stride_vh
@@ -234,10 +220,8 @@ def attn_bwd_kernel(
     if start_n < N:
         offs_n = start_n + tl.arange(0, BLOCK_N1)
         col_ok = offs_n < N
-        k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :],
-                    mask=col_ok[:, None], other=0.0)  # fmt: skip
-        v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :],
-                    mask=col_ok[:, None], other=0.0)  # fmt: skip
+        k = load_rows(k_base, offs_n, offs_d, stride_kn, N, True)
+        v = load_rows(v_base, offs_n, offs_d, stride_vn, N, True)
         dk = tl.zeros([BLOCK_N1, HEAD_DIM], dtype=tl.float32)
         dv = tl.zeros([BLOCK_N1, HEAD_DIM], dtype=tl.float32)
         full_rows_end = (M // BLOCK_M1) * BLOCK_M1
@@ -274,10 +258,8 @@ def attn_bwd_kernel(
     if start_m < M:
         offs_m = start_m + tl.arange(0, BLOCK_M2)
         row_ok = offs_m < M
-        q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :],
-                    mask=row_ok[:, None], other=0.0)  # fmt: skip
-        do = tl.load(do_base + offs_m[:, None] * stride_dom + offs_d[None, :],
-                     mask=row_ok[:, None], other=0.0)  # fmt: skip
+        q = load_rows(q_base, offs_m, offs_d, stride_qm, M, True)
+        do = load_rows(do_base, offs_m, offs_d, stride_dom, M, True)
         lse_log2 = tl.load(lse_base + offs_m, mask=row_ok, other=0.0) * 1.4426950408889634
         delta = tl.load(delta_base + offs_m, mask=row_ok, other=0.0)
         dq = tl.zeros([BLOCK_M2, HEAD_DIM], dtype=tl.float32)

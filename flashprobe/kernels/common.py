@@ -18,6 +18,50 @@ SOFTMAX_FUSED_SCALE = 2
 
 
 @triton.jit
+def head_offsets(pid_bh, H):
+    """(batch, head) of program axis `pid_bh` = batch·H + head, as int64 for pointer math."""
+    return (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
+
+
+@triton.jit
+def load_rows(base, offs_rows, offs_d, stride_row, n_rows, MASK: tl.constexpr):
+    """Load a [rows, HEAD_DIM] tile; rows past `n_rows` read as zeros when MASK."""
+    ptrs = base + offs_rows[:, None] * stride_row + offs_d[None, :]
+    if MASK:
+        return tl.load(ptrs, mask=offs_rows[:, None] < n_rows, other=0.0)
+    else:
+        return tl.load(ptrs)
+
+
+@triton.jit
+def causal_valid(offs_rows, offs_cols, n_cols, CAUSAL: tl.constexpr):
+    """[rows, cols] mask of scores that exist: key index < n_cols and, causal, key <= query."""
+    valid = offs_cols[None, :] < n_cols
+    if CAUSAL:
+        valid = valid & (offs_cols[None, :] <= offs_rows[:, None])
+    return valid
+
+
+@triton.jit
+def _top2_combine(a_first, a_second, b_first, b_second):
+    return (
+        tl.maximum(a_first, b_first),
+        tl.maximum(tl.minimum(a_first, b_first), tl.maximum(a_second, b_second)),
+    )
+
+
+@triton.jit
+def top2(x):
+    """Per row of `x`, the largest and the second-largest entry (counted with multiplicity).
+
+    "More than one score within tol of the max" is then exactly `second >= first - tol`: one
+    reduction that also yields the row max, where counting would add a compare, a select and
+    an add per score to a softmax that is already ALU-bound.
+    """
+    return tl.reduce((x, tl.full(x.shape, float("-inf"), tl.float32)), 1, _top2_combine)
+
+
+@triton.jit
 def rnd(x, LOW: tl.constexpr, INTERPRET: tl.constexpr):
     """Round an fp32 tensor to the 16-bit input dtype (round-to-nearest-even), back to fp32.
 

@@ -40,32 +40,35 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from flashprobe.kernels.common import dot_low, dot_maybe_low, rnd, scores_log2, to_low
+from flashprobe.kernels.common import (
+    causal_valid,
+    dot_low,
+    dot_maybe_low,
+    head_offsets,
+    load_rows,
+    rnd,
+    scores_log2,
+    to_low,
+    top2,
+)
 
 _STABILIZED: tl.constexpr = tl.constexpr(1)
 _FUSED_SCALE: tl.constexpr = tl.constexpr(2)
 
 
 @triton.jit
-def _load_rows(base, offs_rows, offs_d, stride_row, n_rows, MASK: tl.constexpr):
-    """Load a [rows, HEAD_DIM] tile; rows past `n_rows` read as zeros when MASK."""
-    ptrs = base + offs_rows[:, None] * stride_row + offs_d[None, :]
-    if MASK:
-        return tl.load(ptrs, mask=offs_rows[:, None] < n_rows, other=0.0)
-    else:
-        return tl.load(ptrs)
+def _scores(q, k_base, stride_kn, offs_m, offs_n, offs_d, N, scale, qk_scale,
+            MASKED: tl.constexpr, CAUSAL: tl.constexpr, SCORE_LOW: tl.constexpr,
+            LOW: tl.constexpr, INTERPRET: tl.constexpr):  # fmt: skip
+    """One key tile's raw scores q·kᵀ (fp32) and scores x in log2 units (semantics step 1).
 
-
-@triton.jit
-def _raw_scores(q, k, offs_m, offs_n, N, MASKED: tl.constexpr, CAUSAL: tl.constexpr, INTERPRET):
-    """s_raw = q·kᵀ in fp32; masked entries (past N, or above the causal diagonal) are −inf."""
+    Masked entries (keys past N, or above the causal diagonal) are −inf when MASKED.
+    """
+    k = load_rows(k_base, offs_n, offs_d, stride_kn, N, MASKED)
     s_raw = dot_low(q, tl.trans(k), None, INTERPRET)
     if MASKED:
-        valid = offs_n[None, :] < N
-        if CAUSAL:
-            valid = valid & (offs_n[None, :] <= offs_m[:, None])
-        s_raw = tl.where(valid, s_raw, float("-inf"))
-    return s_raw
+        s_raw = tl.where(causal_valid(offs_m, offs_n, N, CAUSAL), s_raw, float("-inf"))
+    return s_raw, scores_log2(s_raw, scale, qk_scale, SCORE_LOW, LOW, INTERPRET)
 
 
 @triton.jit
@@ -85,6 +88,26 @@ def _p_bar(s_raw, x, m_new, qk_scale, SOFTMAX: tl.constexpr):
         return tl.exp2(tl.fma(s_raw, qk_scale, -m_new[:, None]))
     else:
         return tl.exp2(x - m_new[:, None])
+
+
+@triton.jit
+def _rounded_p_and_l(p, P_LOW: tl.constexpr, L_FROM_ROUNDED: tl.constexpr, LOW: tl.constexpr,
+                     INTERPRET: tl.constexpr):  # fmt: skip
+    """Semantics steps 5-6: P̄ as the P̄V product sees it, and the tile's ℓ from it or from P̄."""
+    if P_LOW:
+        p_used = rnd(p, LOW, INTERPRET)
+    else:
+        p_used = p
+    if L_FROM_ROUNDED:
+        return p_used, tl.sum(p_used, 1)
+    else:
+        return p_used, tl.sum(p, 1)
+
+
+@triton.jit
+def _record_tile(row_max, tie_events, r, tied):
+    """Instrumentation per logical tile: the row max logit and one tie event per tied tile."""
+    return tl.maximum(row_max, r), tie_events + tied.to(tl.int32)
 
 
 @triton.jit
@@ -109,27 +132,19 @@ def _fwd_one_pass(
     offs_d = tl.arange(0, HEAD_DIM)
     for start in range(start_n, end_n, BLOCK_N):
         offs_n = start + tl.arange(0, BLOCK_N)
-        k = _load_rows(k_base, offs_n, offs_d, stride_kn, N, MASKED)
-        s_raw = _raw_scores(q, k, offs_m, offs_n, N, MASKED, CAUSAL, INTERPRET)
-        x = scores_log2(s_raw, scale, qk_scale, SCORE_LOW, LOW, INTERPRET)
-        r = tl.max(x, 1)
+        s_raw, x = _scores(q, k_base, stride_kn, offs_m, offs_n, offs_d, N, scale, qk_scale,
+                           MASKED, CAUSAL, SCORE_LOW, LOW, INTERPRET)  # fmt: skip
         if (SOFTMAX == _STABILIZED) or INSTRUMENT:
-            n_close = tl.sum((x >= (r - tie_tol)[:, None]).to(tl.int32), 1)
-            tied = (n_close > 1) & (r > float("-inf"))
+            r, second = top2(x)
+            tied = (second >= r - tie_tol) & (r > float("-inf"))
         else:
+            r = tl.max(x, 1)
             tied = r > 0  # unused
         m_new = _tile_running_max(m_i, r, tied, beta, SOFTMAX)
         p = _p_bar(s_raw, x, m_new, qk_scale, SOFTMAX)
         alpha = tl.exp2(m_i - m_new)
-        if P_LOW:
-            p_used = rnd(p, LOW, INTERPRET)
-        else:
-            p_used = p
-        if L_FROM_ROUNDED:
-            l_tile = tl.sum(p_used, 1)
-        else:
-            l_tile = tl.sum(p, 1)
-        v = _load_rows(v_base, offs_n, offs_d, stride_vn, N, MASKED)
+        p_used, l_tile = _rounded_p_and_l(p, P_LOW, L_FROM_ROUNDED, LOW, INTERPRET)
+        v = load_rows(v_base, offs_n, offs_d, stride_vn, N, MASKED)
         if ACC_LOW:
             pv = dot_maybe_low(p, v, None, P_LOW, LOW, INTERPRET)
             acc, l_i = _accumulate(acc, l_i, pv, l_tile, alpha, LOW, INTERPRET)
@@ -138,8 +153,7 @@ def _fwd_one_pass(
             l_i = l_i * alpha + l_tile
         m_i = m_new
         if INSTRUMENT:
-            row_max = tl.maximum(row_max, r)
-            tie_events += tied.to(tl.int32)
+            row_max, tie_events = _record_tile(row_max, tie_events, r, tied)
             p_ones += tl.sum((p_used == 1.0).to(tl.int32), 1)
     return acc, l_i, m_i, row_max, tie_events, p_ones
 
@@ -159,22 +173,19 @@ def _fwd_two_pass(
     NEED_TIES: tl.constexpr = (SOFTMAX == _STABILIZED) or INSTRUMENT
     for tile_start in range(0, kv_end, tile_n):
         tile_end = tl.minimum(tile_start + tile_n, kv_end)
-        # Pass 1: the tile's row max r and its second-largest score (with multiplicity):
-        # "more than one score >= r - tol" holds exactly when the second largest is >= r - tol.
+        # Pass 1: the tile's row max r and its second-largest score (with multiplicity), merged
+        # over sub-tiles: the tie test of one big tile (see `top2`).
         r = tl.full([BLOCK_M], float("-inf"), tl.float32)
         second = tl.full([BLOCK_M], float("-inf"), tl.float32)
         for start in range(tile_start, tile_end, BLOCK_N):
             offs_n = start + tl.arange(0, BLOCK_N)
-            k = _load_rows(k_base, offs_n, offs_d, stride_kn, N, True)
-            s_raw = _raw_scores(q, k, offs_m, offs_n, N, True, CAUSAL, INTERPRET)
-            x = scores_log2(s_raw, scale, qk_scale, SCORE_LOW, LOW, INTERPRET)
-            r_sub = tl.max(x, 1)
+            s_raw, x = _scores(q, k_base, stride_kn, offs_m, offs_n, offs_d, N, scale,
+                               qk_scale, True, CAUSAL, SCORE_LOW, LOW, INTERPRET)  # fmt: skip
             if NEED_TIES:
-                at_max = x == r_sub[:, None]
-                n_at_max = tl.sum(at_max.to(tl.int32), 1)
-                below_max = tl.max(tl.where(at_max, float("-inf"), x), 1)
-                second_sub = tl.where(n_at_max > 1, r_sub, below_max)
+                r_sub, second_sub = top2(x)
                 second = tl.maximum(tl.maximum(second, second_sub), tl.minimum(r, r_sub))
+            else:
+                r_sub = tl.max(x, 1)
             r = tl.maximum(r, r_sub)
         tied = (second >= r - tie_tol) & (r > float("-inf"))
         m_new = _tile_running_max(m_i, r, tied, beta, SOFTMAX)
@@ -184,19 +195,12 @@ def _fwd_two_pass(
         l_tile = tl.zeros([BLOCK_M], dtype=tl.float32)
         for start in range(tile_start, tile_end, BLOCK_N):
             offs_n = start + tl.arange(0, BLOCK_N)
-            k = _load_rows(k_base, offs_n, offs_d, stride_kn, N, True)
-            s_raw = _raw_scores(q, k, offs_m, offs_n, N, True, CAUSAL, INTERPRET)
-            x = scores_log2(s_raw, scale, qk_scale, SCORE_LOW, LOW, INTERPRET)
+            s_raw, x = _scores(q, k_base, stride_kn, offs_m, offs_n, offs_d, N, scale,
+                               qk_scale, True, CAUSAL, SCORE_LOW, LOW, INTERPRET)  # fmt: skip
             p = _p_bar(s_raw, x, m_new, qk_scale, SOFTMAX)
-            if P_LOW:
-                p_used = rnd(p, LOW, INTERPRET)
-            else:
-                p_used = p
-            if L_FROM_ROUNDED:
-                l_tile += tl.sum(p_used, 1)
-            else:
-                l_tile += tl.sum(p, 1)
-            v = _load_rows(v_base, offs_n, offs_d, stride_vn, N, True)
+            p_used, l_sub = _rounded_p_and_l(p, P_LOW, L_FROM_ROUNDED, LOW, INTERPRET)
+            l_tile += l_sub
+            v = load_rows(v_base, offs_n, offs_d, stride_vn, N, True)
             pv = dot_maybe_low(p, v, pv, P_LOW, LOW, INTERPRET)
             if INSTRUMENT:
                 p_ones += tl.sum((p_used == 1.0).to(tl.int32), 1)
@@ -207,8 +211,7 @@ def _fwd_two_pass(
             l_i = l_i * alpha + l_tile
         m_i = m_new
         if INSTRUMENT:
-            row_max = tl.maximum(row_max, r)
-            tie_events += tied.to(tl.int32)
+            row_max, tie_events = _record_tile(row_max, tie_events, r, tied)
     return acc, l_i, m_i, row_max, tie_events, p_ones
 
 
@@ -237,15 +240,14 @@ def attn_fwd_kernel(
     LOW: tl.constexpr = Q.dtype.element_ty
     start_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    off_b = (pid_bh // H).to(tl.int64)
-    off_h = (pid_bh % H).to(tl.int64)
+    off_b, off_h = head_offsets(pid_bh, H)
     q_base = Q + off_b * stride_qb + off_h * stride_qh
     k_base = K + off_b * stride_kb + off_h * stride_kh
     v_base = V + off_b * stride_vb + off_h * stride_vh
 
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
-    q = _load_rows(q_base, offs_m, offs_d, stride_qm, M, True)
+    q = load_rows(q_base, offs_m, offs_d, stride_qm, M, True)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
