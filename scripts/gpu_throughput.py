@@ -6,7 +6,8 @@ Runs, in one process and on identical data, short `train_run`s of GPT-2 124M (12
 12 heads, 768 wide, seq 1024, bf16 autocast, AdamW) with
   1. PyTorch SDPA attention (the peer),
   2. flashprobe `fa2` on the Triton kernels,
-  3. the same with instrumentation and metrics on (attention stats every step, W_Q/W_K
+  3. flashprobe `sfa` (the paper's stabilized softmax) on the Triton kernels,
+  4. `fa2` with instrumentation and metrics on (attention stats every step, W_Q/W_K
      spectral norms every 10 steps),
 and reports the median tokens/s over the steps after a warm-up (compilation excluded), plus
 the ratios the ablate issue asks for (≥ 0.9× and ≥ 0.8× SDPA). Also times the attention call
@@ -30,6 +31,10 @@ VARIANTS = {
     "sdpa": ({"impl": "sdpa"}, {"attention_stats_every": 0, "spectral_every": 0}),
     "fa2-triton": (
         {"impl": "flashprobe", "spec": "fa2", "backend": "triton"},
+        {"attention_stats_every": 0, "spectral_every": 0},
+    ),
+    "sfa-triton": (
+        {"impl": "flashprobe", "spec": "sfa", "backend": "triton"},
         {"attention_stats_every": 0, "spectral_every": 0},
     ),
     "fa2-triton+metrics": (
