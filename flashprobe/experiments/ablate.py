@@ -48,6 +48,12 @@ checkpoint (from scratch, or from the branch source, when it saved none); --rest
 training output and starts it over; with neither the suite is refused before anything runs.
 Under torchrun every rank runs the same plan; only rank 0 writes the store.
 
+Shards (`--shard K/N`, and `--jobs N`, which starts N processes with shards 0/N..N-1/N on one
+store: experiments.parallel): the (grid point, seed) groups are numbered in run order and shard
+K keeps the cells of the groups whose number is K modulo N, so a branched cell runs in the same
+process as its source and the N shards partition the cells. Processes share a store safely:
+every cell has its own folder and every file is written atomically.
+
 A run (not --dry-run) writes STORE/<suite>/suite.json first: the suite as run, i.e. the YAML
 after --set (suite edits applied, run-config overrides folded into base and every variant, so
 `flashprobe ablate -c STORE/<suite>/suite.json` plans the same cells); report and replay read
@@ -61,6 +67,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import os
+import re
 import traceback
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -185,6 +192,46 @@ def select_variants(suite: Suite, names: Sequence[str]) -> Suite:
             )
     keep = set(names) | {c.branch_from for c in suite.cells if c.variant in names and c.branch_from}
     return dataclasses.replace(suite, cells=tuple(c for c in suite.cells if c.variant in keep))
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """`--shard K/N` as (K, N), 0 <= K < N."""
+    match = re.fullmatch(r"(\d+)/(\d+)", text.strip(), flags=re.ASCII)
+    if match is None:
+        raise FlashprobeError(f"--shard must be K/N, e.g. 0/3 (shard 0 of 3), got {text!r}")
+    index, count = int(match[1]), int(match[2])
+    check_shard(index, count)
+    return index, count
+
+
+def check_shard(index: int, count: int) -> None:
+    if count < 1:
+        raise FlashprobeError(f"--shard {index}/{count}: N must be at least 1")
+    if not 0 <= index < count:
+        raise FlashprobeError(
+            f"--shard {index}/{count}: K must be below N (0-based: 0..{count - 1})"
+        )
+
+
+def group_numbers(cells: Sequence[Cell]) -> dict[Any, int]:
+    """Each (grid point, seed) group's number, counted in run order from 0."""
+    groups = dict.fromkeys(c.group for c in run_order(cells))
+    return {group: number for number, group in enumerate(groups)}
+
+
+def shard_of(cell: Cell, numbers: Mapping[Any, int], count: int) -> int:
+    """The shard (of `count`) that runs this cell: its group's number modulo count."""
+    return numbers[cell.group] % count
+
+
+def select_shard(suite: Suite, index: int, count: int) -> Suite:
+    """Shard `index` of `count`: the cells of groups index, index + count, index + 2·count, ...
+    (groups numbered in run order). A branched cell is in its source's group, so both run in
+    the same shard; the shards of one count partition the suite."""
+    check_shard(index, count)
+    numbers = group_numbers(suite.cells)
+    cells = tuple(c for c in suite.cells if shard_of(c, numbers, count) == index)
+    return dataclasses.replace(suite, cells=cells)
 
 
 def check_branches(suite: Suite) -> None:

@@ -9,6 +9,8 @@
                                         is branch.from (experiments.store_reader.suite_roles)
     STORE/<suite>/replay.json           the suite's replay: roles, variants, per-variant summary
                                         (experiments.replay)
+    STORE/<suite>/logs/shard-<k>-of-<N>.log   stdout and stderr of `ablate --jobs N`'s process
+                                        k (experiments.parallel)
     STORE/<suite>/<variant>--<key>/        key: suite.cell_key (config + branch source + code)
         cell.json          suite, variant, grid point, seed, branch (from, step, source key),
                            key, code version (flashprobe version + git SHA)

@@ -67,6 +67,12 @@ def with_base(**sections):
         ({**TINY, "replay": {"backend": "triton"}}, (), "backend triton needs a CUDA GPU"),
         ({**TINY, "replay": {}}, ("--set", "replay.sources=some"), "replay.sources must be"),
         ({**TINY, "replay": {}}, ("--dry-run", "--set", "replay.safe=x"), "no variant 'x'"),
+        (TINY, ("--shard", "2"), "--shard must be K/N, e.g. 0/3"),
+        (TINY, ("--shard", "3/3"), "--shard 3/3: K must be below N"),
+        (TINY, ("--shard", "0/0"), "--shard 0/0: N must be at least 1"),
+        (TINY, ("--jobs", "0"), "'--jobs' / '-j'"),
+        (TINY, ("--jobs", "2", "--shard", "0/2"), "give --shard or --jobs, not both"),
+        (TINY, ("--jobs", "2", "--set", "optimizer.lr=-1"), "optimizer.lr must be > 0"),
     ],
 )
 def test_bad_suites_exit_2_and_write_nothing(tmp_path, run_cli, raw, args, needle) -> None:
@@ -231,3 +237,106 @@ def test_a_failed_replay_keeps_the_summary_and_exits_1(tmp_path, run_cli, monkey
     assert "replay failed: RuntimeError: kernel exploded" in result.out
     assert all(json.loads((p / "summary.json").read_text())["status"] == "done"
                for p in (store / "tiny").iterdir() if p.is_dir())  # fmt: skip
+
+
+# -- --shard and --jobs ---------------------------------------------------------------------------
+def test_jobs_under_torchrun_exit_2(tmp_path, run_cli, monkeypatch) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    store = tmp_path / "store"
+    result = run_cli("ablate", "-c", write(tmp_path, TINY), "--store", str(store), "--jobs", "2")
+    one_line_error(result, "--jobs does not combine with torchrun")
+    assert not store.exists()
+
+
+def test_a_shard_plans_its_groups_only(tmp_path, run_cli) -> None:
+    raw = {**REPLAYED, "seeds": [0, 1, 2], "branch": {"from": "fa2", "step": 3}}
+    args = ("ablate", "-c", write(tmp_path, raw), "--store", str(tmp_path / "s"), "--dry-run")
+    plan = run_cli(*args, "--shard", "1/2", "--format", "json")
+    assert plan.code == 0 and not plan.err, plan.err
+    assert [(c["variant"], c["seed"]) for c in json.loads(plan.out)] == [("fa2", 1), ("sfa", 1)]
+    other = json.loads(run_cli(*args, "--shard", "0/2", "--format", "json").out)
+    assert [(c["variant"], c["seed"]) for c in other] == [
+        (v, s) for s in (0, 2) for v in REPLAYED["variants"]
+    ]
+
+
+def test_jobs_train_the_same_cells_as_one_process(tmp_path, run_cli) -> None:
+    raw = {**REPLAYED, "seeds": [0, 1], "branch": {"from": "fa2", "step": 3}}
+    config = write(tmp_path, raw)
+    one = run_cli("ablate", "-c", config, "--store", str(tmp_path / "one"), "--format", "json")
+    two = run_cli(
+        "ablate", "-c", config, "--store", str(tmp_path / "two"), "--format", "json", "--jobs", "2"
+    )
+    assert one.code == 0 and two.code == 0, two.err
+    logs = tmp_path / "two" / "tiny" / "logs"
+    lines = two.err.splitlines()  # one line per shard process as it starts and as it ends
+    for k in (0, 1):
+        mine = [x for x in lines if x.startswith(f"shard {k}/2: ")]
+        assert [x.split(",")[0].split(" (")[0] for x in mine] == [
+            f"shard {k}/2: started",
+            f"shard {k}/2: done",
+        ]
+        assert all(x.endswith(f"; log {logs / f'shard-{k}-of-2.log'}") for x in mine)
+        assert "(exit 0)" in mine[1]
+    assert len(lines) == 4
+    first, second = json.loads(one.out), json.loads(two.out)
+
+    def cells(document):
+        keys = ("variant", "seed", "status", "final_loss", "min_loss", "step", "cell")
+        return [{k: c[k] for k in keys} for c in document["cells"]]
+
+    assert cells(second) == cells(first)  # same keys and losses, all "done" (not "cached")
+    assert [c["status"] for c in second["cells"]] == ["done"] * 4
+    assert [(c["variant"], c["seed"]) for c in second["cells"]] == [
+        ("fa2", 0), ("sfa", 0), ("fa2", 1), ("sfa", 1),
+    ]  # fmt: skip
+    for name in (c["cell"] for c in second["cells"]):
+        summary = json.loads((tmp_path / "two" / "tiny" / name / "summary.json").read_text())
+        assert summary["status"] == "done" and summary["steps_done"] == 6
+    assert (tmp_path / "two" / "tiny" / "suite.json").read_text() == (
+        tmp_path / "one" / "tiny" / "suite.json"
+    ).read_text()  # the shards rewrote the same suite.json, not their part of it
+    # the replay ran once, in the parent, on every cell
+    assert second["replay"]["status"] == "replayed"
+    assert second["replay"]["message"] == first["replay"]["message"]
+    assert "on the captures of 2 fa2 cells" in second["replay"]["message"]
+    shard_log = (logs / "shard-1-of-2.log").read_text()
+    assert "--shard 1/2 --no-replay --format json" in shard_log.splitlines()[0]
+    assert "[2/2] sfa/seed1: done" in shard_log
+    again = run_cli("ablate", "-c", config, "--store", str(tmp_path / "two"), "--jobs", "2")
+    assert again.code == 0 and "4 cells (0 run, 4 cached)" in again.out
+    assert "shard" not in again.err  # nothing to train: no processes
+
+
+def test_a_failed_shard_process_makes_the_run_exit_1(tmp_path, run_cli) -> None:
+    raw = {**TINY, "seeds": [0, 1], "variants": {"fa2": {}}}
+    config, store = write(tmp_path, raw), tmp_path / "store"
+    plan = run_cli("ablate", "-c", config, "--store", str(store), "--dry-run", "--format", "json")
+    seed0, seed1 = (c["cell"] for c in json.loads(plan.out))
+    (store / "tiny").mkdir(parents=True)
+    (store / "tiny" / seed1).write_text("")  # a file where shard 1's cell folder should go
+    result = run_cli("ablate", "-c", config, "--store", str(store), "--jobs", "2")
+    assert result.code == 1, result.err
+    log = store / "tiny" / "logs" / "shard-1-of-2.log"
+    assert "shard 1/2: FAILED (exit 1) after" in result.err
+    assert f"1 of 2 shard processes failed (shard 1/2); see {log};" in result.err
+    assert "FileExistsError" in log.read_text()
+    assert result.out == ""  # no table: the cells are not all done
+    summary = json.loads((store / "tiny" / seed0 / "summary.json").read_text())
+    assert summary["status"] == "done"  # the other shard finished its cell
+
+
+def test_jobs_refuse_to_train_what_the_shards_left(tmp_path, run_cli, monkeypatch) -> None:
+    from flashprobe.experiments import ablate
+
+    # the shard processes see another code version (a commit landed meanwhile): other cells
+    monkeypatch.setattr(ablate, "code_version", lambda: "before-the-commit")
+    raw = {**TINY, "variants": {"fa2": {}}}
+    config, store = write(tmp_path, raw), tmp_path / "store"
+    result = run_cli("ablate", "-c", config, "--store", str(store), "--jobs", "2")
+    assert result.code == 1 and result.out == ""
+    assert "shard 0/2: done (exit 0)" in result.err and "shard 1/2: nothing to train" in result.err
+    assert result.err.strip().splitlines()[-1] == (
+        "flashprobe: the shard processes left 1 of 1 cells unfinished (fa2/seed0 first); "
+        "did the suite file or the git commit change meanwhile?"
+    )

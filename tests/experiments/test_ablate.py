@@ -4,6 +4,7 @@ failures, branching from the source's checkpoint, captures in the store."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,12 @@ from flashprobe.errors import FlashprobeError
 from flashprobe.experiments.ablate import (
     SuiteEvents,
     check_branches,
+    group_numbers,
+    parse_shard,
     plan_suite,
     run_order,
     run_plan,
+    select_shard,
     select_variants,
 )
 from flashprobe.experiments.cell_config import normalise_cell_config
@@ -194,6 +198,53 @@ def test_select_variants_keeps_the_branch_source(make_suite) -> None:
     assert [c.variant for c in select_variants(suite, ["sfa"]).cells] == ["fa2", "sfa"]
     with pytest.raises(FlashprobeError, match="--variant 'x' is not in the suite"):
         select_variants(suite, ["x"])
+
+
+def test_shards_partition_the_cells_and_keep_branches_with_their_source(make_suite) -> None:
+    raw = make_suite(
+        seeds=[0, 1, 2], axes={"optimizer.lr": [1e-3, 2e-3]}, branch={"from": "fa2", "step": 4}
+    )
+    raw["variants"]["same"] = {}
+    suite = suite_of(raw)
+    assert len(suite.cells) == 18 and len(group_numbers(suite.cells)) == 6
+    ordered = run_order(suite.cells)
+    assert list(group_numbers(suite.cells)) == list(dict.fromkeys(c.group for c in ordered))
+    for count in (1, 2, 4, 7):
+        shards = [select_shard(suite, index, count).cells for index in range(count)]
+        names = [c.name for cells in shards for c in cells]
+        assert sorted(names) == sorted(c.name for c in suite.cells)  # a partition: no cell twice
+        for index, cells in enumerate(shards):
+            groups = {c.group for c in cells}
+            assert all(group_numbers(suite.cells)[g] % count == index for g in groups)
+            for group in groups:  # each group whole: the branch source, then its branches
+                members = [c.variant for c in run_order(cells) if c.group == group]
+                assert members == ["fa2", "sfa", "same"]
+    assert select_shard(suite, 0, 1) == suite
+    assert [len(c) for c in shards] == [3, 3, 3, 3, 3, 3, 0]  # 6 groups over 7 shards
+    first = select_shard(suite, 1, 4).cells  # groups 1 and 5: (lr 1e-3, seed 1), (2e-3, seed 2)
+    assert sorted({(c.point[0][1], c.seed) for c in first}) == [(1e-3, 1), (2e-3, 2)]
+    # with --variant: the source stays, and in the same shard
+    picked = select_shard(select_variants(suite, ["sfa"]), 0, 2)
+    assert [c.variant for c in run_order(picked.cells)] == ["fa2", "sfa"] * 3
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("x", "--shard must be K/N, e.g. 0/3"),
+        ("1", "--shard must be K/N"),
+        ("-1/2", "--shard must be K/N"),
+        ("1/2/3", "--shard must be K/N"),
+        ("3/3", "--shard 3/3: K must be below N (0-based: 0..2)"),
+        ("0/0", "--shard 0/0: N must be at least 1"),
+    ],
+)
+def test_bad_shards_are_refused(text: str, needle: str, make_suite) -> None:
+    with pytest.raises(FlashprobeError, match=re.escape(needle)):
+        parse_shard(text)
+    assert parse_shard(" 2/5 ") == (2, 5)
+    with pytest.raises(FlashprobeError, match="K must be below N"):
+        select_shard(suite_of(make_suite()), 2, 2)
 
 
 # -- the suite definition and the post-run replay ------------------------------------------------
