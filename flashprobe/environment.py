@@ -29,14 +29,19 @@ def _run(args: list[str], cwd: Path | None = None) -> str | None:
 
 
 def git_sha(path: str | Path | None = None) -> str | None:
-    """HEAD of the checkout holding `path` (default: this package); outside a checkout (a copied
-    tree on a remote GPU machine) the value of FLASHPROBE_GIT_SHA, else None."""
+    """FLASHPROBE_GIT_SHA when set (a tree copied to a remote GPU machine may carry a stale or no
+    .git), else HEAD of the checkout holding `path` (default: this package), else None."""
+    if os.environ.get("FLASHPROBE_GIT_SHA"):
+        return os.environ["FLASHPROBE_GIT_SHA"]
     where = Path(path) if path is not None else Path(__file__).resolve().parent
-    return _run(["git", "rev-parse", "HEAD"], cwd=where) or os.environ.get("FLASHPROBE_GIT_SHA")
+    return _run(["git", "rev-parse", "HEAD"], cwd=where)
 
 
 def git_dirty() -> bool | None:
-    """Uncommitted changes to tracked files of flashprobe's checkout (None: not a checkout)."""
+    """Uncommitted changes to tracked files of flashprobe's checkout (None: not a checkout, or
+    the version is named by FLASHPROBE_GIT_SHA, whose tree git cannot see)."""
+    if os.environ.get("FLASHPROBE_GIT_SHA"):
+        return None
     out = _run(["git", "status", "--porcelain", "--untracked-files=no"], Path(__file__).parent)
     return None if out is None else bool(out)
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import re
 
-from flashprobe.environment import environment, git_sha
+from flashprobe.environment import environment, git_dirty, git_sha
 
 
 def test_git_sha_inside_and_outside_a_checkout(tmp_path, monkeypatch) -> None:
@@ -11,6 +11,9 @@ def test_git_sha_inside_and_outside_a_checkout(tmp_path, monkeypatch) -> None:
     assert git_sha(tmp_path) is None
     monkeypatch.setenv("FLASHPROBE_GIT_SHA", "abc123")  # a copied tree on a GPU machine
     assert git_sha(tmp_path) == "abc123"
+    # The variable wins over a (possibly stale) .git that travelled with the tree.
+    assert git_sha() == "abc123"
+    assert git_dirty() is None
 
 
 def test_environment_records_what_results_depend_on() -> None:
