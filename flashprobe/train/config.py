@@ -101,6 +101,10 @@ class LoopConfig(_Section):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     #: TF32 matmuls on CUDA (the paper's code turns them off).
     allow_tf32: bool = False
+    #: PyTorch's deterministic algorithms (torch.use_deterministic_algorithms, warning instead
+    #: of failing where an op has none), so one config and seed give the same numbers on one
+    #: machine; the Triton kernels are deterministic either way.
+    deterministic: bool = True
     #: Save a checkpoint every this many steps (0: only the final one, if checkpoint_final).
     checkpoint_every: int = 0
     checkpoint_final: bool = True

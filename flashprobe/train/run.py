@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -157,6 +158,7 @@ class _Run:
         if dist.device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = config.train.allow_tf32
             torch.backends.cudnn.allow_tf32 = config.train.allow_tf32
+        _set_deterministic(config.train.deterministic)
         torch.manual_seed(config.train.seed)  # the initial weights depend on the seed only
         self.model = GPT(model_config).to(dist.device)
         self.optimizer = build_optimizer(self.model, config.optimizer)
@@ -428,6 +430,15 @@ class _Run:
 def _every(period: int, step: int) -> bool:
     """True on every period-th step (steps period-1, 2·period-1, ...); never when period is 0."""
     return period > 0 and (step + 1) % period == 0
+
+
+def _set_deterministic(on: bool) -> None:
+    """Deterministic PyTorch algorithms for this process (cuBLAS needs a fixed workspace, read
+    when its handle is created, hence the environment variable set first)."""
+    if on:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(on, warn_only=True)
+    torch.backends.cudnn.deterministic = on
 
 
 def _step_seed(seed: int, step: int, rank: int) -> int:

@@ -188,3 +188,14 @@ def test_nan_attention_output_is_a_divergence_not_a_crash(tmp_path, make_config,
     assert state_files
     for path in state_files:
         json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"non-strict {c}"))
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_deterministic_switch_sets_torch(tmp_path, make_config, deterministic) -> None:
+    before = torch.are_deterministic_algorithms_enabled()
+    try:
+        train_run(make_config(train={"steps": 2, "deterministic": deterministic}), tmp_path)
+        assert torch.are_deterministic_algorithms_enabled() is deterministic
+        assert torch.is_deterministic_algorithms_warn_only_enabled() or not deterministic
+    finally:
+        torch.use_deterministic_algorithms(before)
