@@ -126,10 +126,11 @@ def expand_suite(
         for key, value in run_overrides.items():
             set_dotted(config, key, copy.deepcopy(value))
         for values in itertools.product(*axes.values()) if axes else [()]:
-            point = tuple(zip(axes, values, strict=True))
             point_config = copy.deepcopy(config)
-            for key, value in point:
+            for key, value in zip(axes, values, strict=True):
                 set_dotted(point_config, key, copy.deepcopy(value))
+            # Hashable (cells are grouped and keyed by their point): list values as tuples.
+            point = tuple((key, _frozen(value)) for key, value in zip(axes, values, strict=True))
             for seed in seeds:
                 cell_config: Any = {**copy.deepcopy(point_config), "seed": seed}
                 if validate is not None:
@@ -163,6 +164,15 @@ def expand_suite(
         cells=tuple(cells),
         raw=dict(raw),
     )
+
+
+def _frozen(value: Any) -> Any:
+    """A hashable equivalent of a YAML value: lists as tuples, mappings as sorted item tuples."""
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    return value
 
 
 def apply_overrides(

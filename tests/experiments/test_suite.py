@@ -26,6 +26,18 @@ def test_grid_expands_variants_axes_and_seeds() -> None:
     assert all(c.config["train"]["steps"] == 10 for c in suite.cells)  # base survives merge
 
 
+def test_list_valued_axis_points_are_hashable_and_reach_the_config() -> None:
+    raw = {**RAW, "axes": {"optimizer.betas": [[0.9, 0.95], [0.9, 0.99]]}}
+    suite = expand_suite(raw)
+    points = {c.point for c in suite.cells}
+    assert points == {(("optimizer.betas", (0.9, 0.95)),), (("optimizer.betas", (0.9, 0.99)),)}
+    assert {tuple(c.config["optimizer"]["betas"]) for c in suite.cells} == {
+        (0.9, 0.95),
+        (0.9, 0.99),
+    }
+    assert len({c.group for c in suite.cells}) == 2 * 2  # points × seeds
+
+
 def test_branch_applies_to_variants_not_the_source() -> None:
     suite = expand_suite(RAW)
     for cell in suite.cells:
