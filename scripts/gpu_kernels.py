@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 HEAD_DIMS = (64, 128)
-GPU_TEST_PATHS = ("tests/kernels", "tests/reference", "tests/test_api.py")
+GPU_TEST_PATHS = ("tests/kernels", "tests/reference", "tests/test_api.py", "tests/train")
 TUNE_SEQ = 4096
 
 

@@ -1,20 +1,19 @@
 #!/usr/bin/env bash
-# ablations/quick.yaml on one GPU, one process per seed side by side (the GPU has room: a
-# 6-layer model leaves most of an H200 idle), then replay and report on the merged store.
+# ablations/quick.yaml on one GPU with its seeds side by side (`--jobs`: a 6-layer model leaves
+# most of an H200 idle), then replay, report, figures and a digest into OUT: what a device call
+# brings back.
 #
-#   OUT=results LIMIT=470 bash scripts/quick_run.sh
+#   OUT=results LIMIT=540 bash scripts/quick_run.sh [extra ablate arguments, e.g. --variant fp32]
 set -u
 OUT=${OUT:?set OUT to a folder for the results}
-LIMIT=${LIMIT:-470}
+LIMIT=${LIMIT:-540}
 STORE=${STORE:-/tmp/quick}
-SEEDS=${SEEDS:-0 1 2}
+JOBS=${JOBS:-3}
 mkdir -p "$OUT"
-for seed in $SEEDS; do
-  timeout "$LIMIT" python3 -m flashprobe ablate -c ablations/quick.yaml --no-replay \
-    --store "$STORE" --set "seeds=[$seed]" >"$STORE.seed$seed.log" 2>&1 &
-done
-wait
-tail -n 25 "$STORE".seed*.log >"$OUT/train.log"
+timeout "$LIMIT" python3 -m flashprobe ablate -c ablations/quick.yaml --jobs "$JOBS" --no-replay \
+  --store "$STORE" "$@" >"$OUT/train.log" 2>&1
+echo "ablate exit $?" >>"$OUT/train.log"
+tail -q -n 12 "$STORE"/quick/logs/shard-*.log >>"$OUT/train.log" 2>/dev/null
 timeout "${REPLAY_LIMIT:-90}" python3 -m flashprobe replay "$STORE" --suite quick >"$OUT/replay.log" 2>&1
 python3 -m flashprobe report "$STORE" --suite quick --format markdown >"$OUT/report.md" 2>&1
 python3 -m flashprobe report "$STORE" --suite quick --plot "$OUT/plots" >/dev/null 2>&1
