@@ -157,6 +157,8 @@ def make_spec(
     else:
         raise FlashprobeError(f"kernel spec must be a preset name or a mapping, got {base!r}")
     fields.update(overrides or {})
+    if not fields:
+        return start  # frozen and already validated: no copy (a per-call path of `attention`)
     unknown = sorted(set(fields) - set(FIELD_NAMES))
     if unknown:
         raise FlashprobeError(
