@@ -1,29 +1,33 @@
 #!/usr/bin/env bash
 # The one-GPU search behind ablations/quick.yaml: several small suites (quick.yaml with other
-# learning rates / optimizers, one seed, a subset of its variants) run as concurrent processes
-# on one GPU, each into its own store, each cut off after LIMIT seconds; then a digest per store.
+# settings, one seed, a subset of its variants) run as concurrent processes on one GPU, each
+# into its own store, each cut off after LIMIT seconds; then a digest per store and the logs in
+# one archive (a device call brings back few files).
 #
-#   OUT=results LIMIT=500 bash scripts/quick_search.sh
+#   OUT=results LIMIT=500 bash scripts/quick_search.sh \
+#     'muon-6e-3: optimizer.name=muon optimizer.lr=6e-3 -- paper-code paper-sfa fa2' \
+#     'adamw-4e-3: optimizer.lr=4e-3 -- paper-code delta-o-fp32'
+#
+# A probe is "NAME: KEY=VALUE ... -- VARIANT ...": run-config or suite edits (as `--set`), then
+# the variants to run (a branched variant's source runs too).
 set -u
 OUT=${OUT:?set OUT to a folder for the digests}
 LIMIT=${LIMIT:-500}
 STORES=${STORES:-/tmp/quick-search}
-mkdir -p "$OUT" "$STORES"
-search() {  # search NAME SETTINGS... -- VARIANTS...
-  local name=$1; shift
-  local sets=() variants=()
-  while [ "$1" != "--" ]; do sets+=(--set "$1"); shift; done; shift
-  for v in "$@"; do variants+=(--variant "$v"); done
+SEEDS=${SEEDS:-[0]}
+mkdir -p "$OUT" "$STORES/logs"
+search() {  # search "NAME: SETTINGS... -- VARIANTS..."
+  local name=${1%%:*} rest=${1#*:}
+  local settings=${rest%%--*} variant_names=${rest#*--}
+  local args=()
+  for s in $settings; do args+=(--set "$s"); done
+  for v in $variant_names; do args+=(--variant "$v"); done
   timeout "$LIMIT" python3 -m flashprobe ablate -c ablations/quick.yaml --no-replay \
-    --store "$STORES/$name" --set 'seeds=[0]' "${sets[@]}" "${variants[@]}" \
-    >"$OUT/$name.log" 2>&1
+    --store "$STORES/$name" --set "seeds=$SEEDS" "${args[@]}" >"$STORES/logs/$name.log" 2>&1
   echo "$name: exit $?" >>"$OUT/status.txt"
-  python3 scripts/store_digest.py "$STORES/$name" "$OUT/$name.json" >>"$OUT/status.txt" 2>&1
+  python3 scripts/store_digest.py "$STORES/$name" "$OUT/search-$name.json" >>"$OUT/status.txt" 2>&1
 }
-search adamw-6e-3 optimizer.lr=6e-3 train.steps=3000 -- \
-  paper-code delta-o-fp32 score-fp32 acc-fp32 fa2 fp32-attention &
-search muon-4e-3 optimizer.name=muon optimizer.lr=4e-3 train.steps=2500 -- \
-  paper-code delta-o-fp32 fa2 &
-search adamw-4e-3 optimizer.lr=4e-3 train.steps=2500 -- paper-code delta-o-fp32 fa2 &
+for probe in "$@"; do search "$probe" & done
 wait
+tar -czf "$OUT/search-logs.tar.gz" -C "$STORES" logs
 cat "$OUT/status.txt"
