@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The one-GPU search behind ablations/quick.yaml: several small suites (quick.yaml with other
-# settings, one seed, a subset of its variants) run as concurrent processes on one GPU, each
+# The one-GPU search behind ablations/quick.yaml: several small suites (quick.yaml, or SUITE, with
+# other settings, one seed, a subset of its variants) run as concurrent processes on one GPU, each
 # into its own store, each cut off after LIMIT seconds; then a digest per store and the logs in
 # one archive (a device call brings back few files).
 #
@@ -15,6 +15,7 @@ OUT=${OUT:?set OUT to a folder for the digests}
 LIMIT=${LIMIT:-500}
 STORES=${STORES:-/tmp/quick-search}
 SEEDS=${SEEDS:-[0]}
+SUITE=${SUITE:-ablations/quick.yaml}
 mkdir -p "$OUT" "$STORES/logs"
 search() {  # search "NAME: SETTINGS... -- VARIANTS..."
   local name=${1%%:*} rest=${1#*:}
@@ -22,7 +23,7 @@ search() {  # search "NAME: SETTINGS... -- VARIANTS..."
   local args=()
   for s in $settings; do args+=(--set "$s"); done
   for v in $variant_names; do args+=(--variant "$v"); done
-  timeout "$LIMIT" python3 -m flashprobe ablate -c ablations/quick.yaml --no-replay \
+  timeout "$LIMIT" python3 -m flashprobe ablate -c "$SUITE" --no-replay \
     --store "$STORES/$name" --set "seeds=$SEEDS" "${args[@]}" >"$STORES/logs/$name.log" 2>&1
   echo "$name: exit $?" >>"$OUT/status.txt"
   python3 scripts/store_digest.py "$STORES/$name" "$OUT/search-$name.json" >>"$OUT/status.txt" 2>&1
