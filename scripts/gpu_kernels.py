@@ -2,7 +2,7 @@
 
     PYTHONUNBUFFERED=1 python scripts/gpu_kernels.py --out $OUT [--no-tests] [--tune]
 
-1. `pytest -m gpu` over GPU_TEST_PATHS (in a subprocess, xdist workers) → OUT/gpu_tests.log;
+1. `pytest -m gpu tests` (every gpu-marked test; subprocess, xdist) → OUT/gpu_tests.log;
 2. meanwhile, every kernel variant to be timed is compiled once in parallel worker processes
    (Triton's disk cache then serves the timing process);
 3. with --tune: the fa2 forward and backward launch configs per (head_dim, causal) on one
@@ -26,7 +26,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 HEAD_DIMS = (64, 128)
-GPU_TEST_PATHS = ("tests/kernels", "tests/reference", "tests/test_api.py", "tests/train")
 TUNE_SEQ = 4096
 
 
@@ -123,7 +122,7 @@ def main() -> None:
     tests = None
     if not args.no_tests:
         log = open(args.out / "gpu_tests.log", "w")
-        cmd = [sys.executable, "-m", "pytest", "-m", "gpu", *GPU_TEST_PATHS, "-q", "-n", "6",
+        cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "tests", "-q", "-n", "6",
                "-p", "no:cacheprovider", "-rfE"]  # fmt: skip
         tests = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
 

@@ -31,6 +31,7 @@ from flashprobe.experiments.store import (
     read_json,
     write_json,
 )
+from flashprobe.experiments.suite import hashable_value
 
 REPLAY_FILE = "replay.json"
 CAPTURE_SUBDIR = "captures"
@@ -55,7 +56,7 @@ class CellView(CellRecord):
 
     @property
     def point(self) -> tuple[tuple[str, Any], ...]:
-        return tuple((str(k), _hashable(v)) for k, v in self.meta.get("point") or [])
+        return tuple((str(k), hashable_value(v)) for k, v in self.meta.get("point") or [])
 
     @property
     def point_label(self) -> str:
@@ -213,14 +214,6 @@ def _read_replay_file(path: Path) -> dict[str, Any] | None:
     if not isinstance(data, dict):
         raise FlashprobeError(f"corrupt replay results: {path}")
     return data
-
-
-def _hashable(value: Any) -> Any:
-    if isinstance(value, list):
-        return tuple(_hashable(v) for v in value)
-    if isinstance(value, dict):
-        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
-    return value
 
 
 # -- the suite definition -------------------------------------------------------------------

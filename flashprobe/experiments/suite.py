@@ -130,7 +130,9 @@ def expand_suite(
             for key, value in zip(axes, values, strict=True):
                 set_dotted(point_config, key, copy.deepcopy(value))
             # Hashable (cells are grouped and keyed by their point): list values as tuples.
-            point = tuple((key, _frozen(value)) for key, value in zip(axes, values, strict=True))
+            point = tuple(
+                (key, hashable_value(value)) for key, value in zip(axes, values, strict=True)
+            )
             for seed in seeds:
                 cell_config: Any = {**copy.deepcopy(point_config), "seed": seed}
                 if validate is not None:
@@ -166,12 +168,13 @@ def expand_suite(
     )
 
 
-def _frozen(value: Any) -> Any:
-    """A hashable equivalent of a YAML value: lists as tuples, mappings as sorted item tuples."""
+def hashable_value(value: Any) -> Any:
+    """A hashable equivalent of a YAML/JSON value: lists as tuples, mappings as sorted item
+    tuples. Axis points are keyed this way here and when read back from a store's meta."""
     if isinstance(value, list | tuple):
-        return tuple(_frozen(v) for v in value)
+        return tuple(hashable_value(v) for v in value)
     if isinstance(value, Mapping):
-        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+        return tuple(sorted((k, hashable_value(v)) for k, v in value.items()))
     return value
 
 
