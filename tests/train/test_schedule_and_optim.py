@@ -67,3 +67,13 @@ def test_newton_schulz_orthogonalises() -> None:
         g = torch.randn(shape) @ torch.diag(torch.logspace(-1, 1, shape[1]))
         singular = torch.linalg.svdvals(newton_schulz(g, steps=5))
         assert singular.max() < 1.3 and singular.min() > 0.5
+
+
+def test_newton_schulz_on_a_stack_orthogonalises_each_matrix_alone() -> None:
+    torch.manual_seed(0)
+    for shape in ((3, 32, 96), (3, 96, 32)):
+        stack = torch.randn(shape)
+        stack[1] *= 100.0  # one matrix much larger: normalisation must be per matrix
+        batched = newton_schulz(stack, steps=5)
+        one_by_one = torch.stack([newton_schulz(g, steps=5) for g in stack])
+        torch.testing.assert_close(batched, one_by_one, rtol=1e-4, atol=1e-5)
