@@ -52,7 +52,12 @@ def main() -> None:
                         else None
                         for layer, stats in row["attention"].items()
                     }
-                    attention.append([step, per_layer, ties])
+                    leaks = {  # largest key-shift leak over heads (absent before this metric)
+                        layer: max((x for x in stats.get("key_shift_leak") or [] if x is not None),
+                                   default=None)
+                        for layer, stats in row["attention"].items()
+                    }  # fmt: skip
+                    attention.append([step, per_layer, ties, leaks])
                 if "spectral" in row:  # per layer: largest W_Q spectral norm over heads
                     spectral.append([step, [max(h) for h in row["spectral"]["wq_heads"]]])
         cells.append(

@@ -13,6 +13,8 @@ Every function takes error tensors (variant minus the fp64 golden) and returns p
                       "similar low-rank updates"; chance level for random d-vectors ≈ 1/√d)
     growth_exponent   slope of log |summed error| against log N over prefixes of the sequence:
                       ≈ 1 for a bias (the sum grows ∝ N), ≈ 0.5 for zero-mean noise (∝ √N)
+    key_shift_leak    how far a dK breaks softmax's shift invariance (exactly 0 in exact
+                      arithmetic), and whether the leak pushes the scores up or down
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ __all__ = [
     "cumulative",
     "direction_similarity",
     "growth_exponent",
+    "key_shift_leak",
     "prefix_grid",
     "prefix_rms",
     "relative_error",
@@ -50,6 +53,28 @@ def signed_error(err: torch.Tensor) -> tuple[float, float]:
     if std > 0:
         return mean, mean / (std / math.sqrt(n))
     return mean, 0.0 if mean == 0 else math.copysign(math.inf, mean)
+
+
+def key_shift_leak(dk: torch.Tensor, q: torch.Tensor) -> tuple[float, float]:
+    """(leak, drift) of one head's key gradient dk [..., N, D], queries q [..., M, D].
+
+    Adding one vector u to every key adds q_i·u to every score of row i, which softmax ignores,
+    so ∂L/∂u = Σ_j dK_j is exactly 0 and any nonzero column sum is numerical error: a gradient
+    the loss cannot see. leak = ‖Σ_j dK_j‖ / ‖dK‖ (Frobenius over the leading dimensions);
+    bf16 rounding of dK alone leaves about 1e-3. drift = cos(−Σ_j dK_j, mean_i q_i) pooled over
+    the leading dimensions: > 0 when a descent step on the keys along the leak raises the rows'
+    scores all together (max logit up, softmax unchanged). NaN where undefined.
+    """
+    dk, q = dk.double(), q.double()
+    leak = dk.sum(dim=-2)
+    norm = float(torch.linalg.vector_norm(dk.flatten()))
+    q_mean = q.mean(dim=-2)
+    lengths = float((leak.norm(dim=-1) * q_mean.norm(dim=-1)).sum())
+    along = float(-(leak * q_mean).sum())
+    return (
+        float(torch.linalg.vector_norm(leak.flatten())) / norm if norm > 0 else math.nan,
+        along / lengths if lengths > 0 else math.nan,
+    )
 
 
 def relative_error(approx: torch.Tensor, exact: torch.Tensor) -> float:

@@ -17,6 +17,9 @@ step, layer and head (error = variant − fp64 golden):
                          of X is the same x̄, the paper's similarity claim, up to the x̄ factor)
                          over the summed row norms of the golden dQ (dK) (Σ_T dK is exactly 0)
     tie_events, p_bar_ones   the variant's tied-maximum tiles and P̄ = 1 entries
+    key_shift_leak/drift ‖Σ_j dK_j‖ / ‖dK‖ (exactly 0 for exact gradients: softmax ignores a
+                         common shift of a row's scores) and whether that leak pushes the scores
+                         up (> 0) or down (experiments.mechanism.key_shift_leak)
 
 and across steps per variant, layer and head: the δ error's running sum and coherence
 |Σ_t s_t| / Σ_t |s_t|, the weight-gradient error's coherence ‖Σ_t E_t‖ / Σ_t ‖E_t‖, its top
@@ -348,6 +351,9 @@ def _replay_layer(
             )
             for j, head in enumerate(heads):
                 rec, delta_rows, wq_err, wk_err = _head_metrics(run, j, head, gold_f, gold_b, x64)
+                rec["key_shift_leak"], rec["key_shift_drift"] = mech.key_shift_leak(
+                    run.dk[:, j], q[:, head]
+                )
                 if variant == source.variant and captured_o is not None:
                     same = torch.equal(run.o[:, j].cpu(), captured_o[:, head].to(run.o.dtype))
                     rec["matches_capture"] = same

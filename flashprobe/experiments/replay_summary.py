@@ -7,6 +7,11 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+MEAN_METRICS = (
+    "dq_rel", "dk_rel", "dv_rel", "wq_rel", "wk_rel", "o_abs", "key_shift_leak",
+    "key_shift_drift",
+)  # fmt: skip
+
 
 def summarise(docs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per variant over every source, step, layer and head (error = variant − fp64 golden):
@@ -15,8 +20,9 @@ def summarise(docs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
                  survives summation (a bias), per token; the quantity a ranking removes
     o_bias       the same for the mean O error (O error summed over tokens and D, / D)
     delta_t_max  the (layer, head, step) δ t-statistic largest in magnitude, with its sign
-    *_rel        mean relative errors; *_coherence, *_similarity, growth_exponent: mean over
-                 (source, layer, head) series; counts per replayed row
+    *_rel, o_abs, key_shift_*   means over records
+    *_coherence, *_similarity, growth_exponent   means over (source, layer, head) series
+    counts       per replayed row
     """
     acc: dict[str, dict[str, Any]] = {}
     for doc in docs:
@@ -28,7 +34,7 @@ def summarise(docs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
             a["o_cum"][key] = a["o_cum"].get(key, 0.0) + rec["o_mean"] * rec["rows"]
             a["rows"] += rec["rows"]
             a["n"] += 1
-            for name in ("dq_rel", "dk_rel", "dv_rel", "wq_rel", "wk_rel", "o_abs"):
+            for name in MEAN_METRICS:
                 a[name].append(rec.get(name))
             for name in ("tie_events", "p_bar_ones"):
                 if rec.get(name) is not None:
@@ -64,7 +70,7 @@ def summarise(docs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
             "p_bar_ones_per_row": _per(a, "p_bar_ones"),
             "matches_capture": all(a["matches"]) if a["matches"] else None,
         }
-        for name in ("dq_rel", "dk_rel", "dv_rel", "wq_rel", "wk_rel", "o_abs"):
+        for name in MEAN_METRICS:
             row[name] = _mean(a[name])
         for name, values in a["series"].items():
             row[name] = _mean(values)
@@ -118,7 +124,7 @@ def hot_spots(docs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 def _empty() -> dict[str, Any]:
     return {
         "delta_cum": {}, "o_cum": {}, "rows": 0, "n": 0, "delta_t_max": None, "matches": [],
-        "dq_rel": [], "dk_rel": [], "dv_rel": [], "wq_rel": [], "wk_rel": [], "o_abs": [],
+        **{name: [] for name in MEAN_METRICS},
         "tie_events": 0.0, "tie_events_rows": 0, "p_bar_ones": 0.0, "p_bar_ones_rows": 0,
         "series": {}, "max_steps": 0,
     }  # fmt: skip

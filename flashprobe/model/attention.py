@@ -73,6 +73,7 @@ class CausalSelfAttention(nn.Module):
                 rec.add_stats(
                     self.layer, LayerStats.concat([r.stats for r in results], self._unsplit)
                 )  # type: ignore[misc]
+                rec.watch_key_grad(self.layer, k, q)
             if capture:
                 lse = self._unsplit_heads([r.lse for r in results])  # type: ignore[misc]
                 rec.capture(self.layer, x=_as_matmul_input(x), q=q, k=k, v=v, o=o, lse=lse)

@@ -1,9 +1,10 @@
 """What attention layers report when the model is instrumented.
 
 `AttentionRecorder` is attached to every attention layer by `GPT.instrument()`. Layers give it
-per-head statistics (reduced from `AttentionStats` rows) and, for the layers asked for, the
-tensors X (the layer input fed to c_attn), Q, K, V, O, LSE (forward) and dO (a tensor hook on O,
-filled during backward).
+per-head statistics (reduced from `AttentionStats` rows; during backward, the key-gradient
+shift leak from a tensor hook on K) and, for the layers asked for, the tensors X (the layer
+input fed to c_attn), Q, K, V, O, LSE (forward) and dO (a tensor hook on O, filled during
+backward).
 Statistics accumulate over every forward inside the context (micro-batches); captured tensors
 come from the first forward only.
 """
@@ -69,15 +70,54 @@ class LayerStats:
 
     def to_dict(self) -> dict[str, list[float | None]]:
         """JSON-ready per-head lists (NaN → None)."""
-
-        def clean(t: torch.Tensor) -> list[float | None]:
-            return [None if v != v else float(v) for v in t.tolist()]
-
         return {
-            "max_logit": clean(self.max_logit),
-            "tie_events": clean(self.tie_events),
-            "p_bar_ones": clean(self.p_bar_ones),
+            "max_logit": _clean(self.max_logit),
+            "tie_events": _clean(self.tie_events),
+            "p_bar_ones": _clean(self.p_bar_ones),
         }
+
+
+@dataclass
+class KeyGradStats:
+    """Per-head sums behind `mechanism.key_shift_leak`, pooled over micro-batches (float64, CPU).
+
+    Σ_j dK_j is exactly 0 for any attention (softmax ignores a common shift of a row's scores),
+    so whatever the backward leaves there is its numerical error, measured on every model.
+    """
+
+    leak_sq: torch.Tensor  # Σ_b ‖Σ_j dK_bj‖²
+    grad_sq: torch.Tensor  # Σ_b Σ_j ‖dK_bj‖²
+    along: torch.Tensor  # Σ_b −(Σ_j dK_bj)·mean_i q_bi
+    lengths: torch.Tensor  # Σ_b ‖Σ_j dK_bj‖·‖mean_i q_bi‖
+
+    @classmethod
+    @torch.no_grad()
+    def from_grads(cls, dk: torch.Tensor, q: torch.Tensor) -> KeyGradStats:
+        """dk, q: batch × heads × seq × head_dim."""
+        leak = dk.float().sum(dim=2)
+        q_mean = q.float().mean(dim=2)
+        sums = (
+            leak.square().sum(dim=(0, 2)),
+            dk.float().square().sum(dim=(0, 2, 3)),
+            -(leak * q_mean).sum(dim=(0, 2)),
+            (leak.norm(dim=-1) * q_mean.norm(dim=-1)).sum(dim=0),
+        )
+        return cls(*(t.double().cpu() for t in sums))
+
+    def merge(self, other: KeyGradStats) -> KeyGradStats:
+        return KeyGradStats(
+            self.leak_sq + other.leak_sq,
+            self.grad_sq + other.grad_sq,
+            self.along + other.along,
+            self.lengths + other.lengths,
+        )
+
+    def to_dict(self) -> dict[str, list[float | None]]:
+        """key_shift_leak = ‖Σ_j dK_j‖ / ‖dK‖ and key_shift_drift (> 0: the leak pushes every
+        score of a row up) per head; None where undefined."""
+        leak = self.leak_sq.sqrt() / self.grad_sq.sqrt()
+        drift = self.along / self.lengths
+        return {"key_shift_leak": _clean(leak), "key_shift_drift": _clean(drift)}
 
 
 class AttentionRecorder:
@@ -87,6 +127,7 @@ class AttentionRecorder:
         self.collect_stats = collect_stats
         self.capture_layers = frozenset(capture_layers)
         self.stats: dict[int, LayerStats] = {}
+        self.key_grads: dict[int, KeyGradStats] = {}
         #: "layer{i}.{x,q,k,v,o,lse,do}" → CPU tensor (q/k/v/o/do: batch × heads × seq × head_dim;
         #: x: batch × seq × n_embd; lse: batch × heads × seq).
         self.tensors: dict[str, torch.Tensor] = {}
@@ -97,6 +138,19 @@ class AttentionRecorder:
     def add_stats(self, layer: int, stats: LayerStats) -> None:
         previous = self.stats.get(layer)
         self.stats[layer] = stats if previous is None else previous.merge(stats)
+
+    def watch_key_grad(self, layer: int, k: torch.Tensor, q: torch.Tensor) -> None:
+        """Reduce K's gradient to `KeyGradStats` when backward reaches it."""
+        if not k.requires_grad:
+            return
+        q = q.detach()
+
+        def reduce(grad: torch.Tensor) -> None:
+            stats = KeyGradStats.from_grads(grad, q)
+            previous = self.key_grads.get(layer)
+            self.key_grads[layer] = stats if previous is None else previous.merge(stats)
+
+        k.register_hook(reduce)
 
     def capture(self, layer: int, **tensors: torch.Tensor) -> None:
         for name, tensor in tensors.items():
@@ -111,7 +165,14 @@ class AttentionRecorder:
             o.register_hook(keep_grad)
 
     def stats_dict(self) -> dict[str, dict[str, list[float | None]]]:
-        return {str(layer): s.to_dict() for layer, s in sorted(self.stats.items())}
+        out = {str(layer): s.to_dict() for layer, s in sorted(self.stats.items())}
+        for layer, grads in self.key_grads.items():
+            out.setdefault(str(layer), {}).update(grads.to_dict())
+        return out
+
+
+def _clean(t: torch.Tensor) -> list[float | None]:
+    return [None if v != v else float(v) for v in t.tolist()]
 
 
 def _to_cpu(tensor: torch.Tensor) -> torch.Tensor:

@@ -5,6 +5,8 @@
 - <suite>_delta_cumsum.png: running sum over captured steps of the δ error (paper Fig. 5a), per
   variant, at the baseline's hottest layer and head
 - <suite>_ties.png: tied-maximum tiles and P̄ = 1 entries per step (mean over seeds)
+- <suite>_logits.png: largest attention logit and largest key-shift leak over layers and heads
+  per step (mean over seeds): logit growth and the backward error that can drive it
 """
 
 from __future__ import annotations
@@ -91,6 +93,19 @@ def write_plots(report: Any, out_dir: Path) -> list[Path]:
         for ax in axes:
             _finish(ax, "step", "count (all layers and heads)", None)
         written.append(_save(fig, plt, Path(f"{prefix}_ties.png")))
+
+    logits = _mean_series(cells, metrics, _logit_and_leak_values)
+    if logits:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        for (variant, _, which), pts in sorted(logits.items()):
+            ax = axes[0 if which == "max_logit" else 1]
+            ax.plot(*zip(*pts, strict=True), color=colours[variant], label=variant)
+        axes[0].set_title("largest attention logit")
+        axes[1].set_title("largest key-shift leak ‖Σ_j dK_j‖ / ‖dK‖")
+        for ax in axes:
+            ax.set_yscale("log")
+            _finish(ax, "step", "max over layers and heads", None)
+        written.append(_save(fig, plt, Path(f"{prefix}_logits.png")))
     return written
 
 
@@ -112,6 +127,17 @@ def _tie_values(record: Mapping[str, Any]) -> dict[tuple[int, str], float]:
                   if v is not None]  # fmt: skip
         if values:
             out[-1, which] = float(sum(values))
+    return out
+
+
+def _logit_and_leak_values(record: Mapping[str, Any]) -> dict[tuple[int, str], float]:
+    attention = record.get("attention") or {}
+    out: dict[tuple[int, str], float] = {}
+    for which in ("max_logit", "key_shift_leak"):
+        values = [v for layer in attention.values() for v in (layer.get(which) or [])
+                  if v is not None and v > 0]  # fmt: skip
+        if values:
+            out[-1, which] = float(max(values))
     return out
 
 

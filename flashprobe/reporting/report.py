@@ -138,9 +138,9 @@ def render_reports(reports: Sequence[SuiteReport], fmt: str, table: str = "ranki
 _RANK_COLS = ["rank", "variant", "design", "component", "diverged", "rate", "fisher_p",
               "steps", "delta_bias", "mechanism_share", "score", "verdict"]  # fmt: skip
 _METRIC_COLS = ["variant", "o_bias", "delta_bias", "delta_t_max", "dq_rel", "dk_rel", "dv_rel",
-                "wq_rel", "wk_rel", "wq_coherence", "wq_direction_similarity", "wq_rank1_share",
-                "delta_coherence", "growth_exponent", "tie_events_per_row",
-                "p_bar_ones_per_row"]  # fmt: skip
+                "wq_rel", "wk_rel", "key_shift_leak", "key_shift_drift", "wq_coherence",
+                "wq_direction_similarity", "wq_rank1_share", "delta_coherence", "growth_exponent",
+                "tie_events_per_row", "p_bar_ones_per_row"]  # fmt: skip
 _HOT_COLS = ["layer", "head", "delta_mean", "delta_t", "delta_cumsum", "delta_coherence",
              "wq_coherence", "o_mean", "tie_events_per_row", "p_bar_ones_per_row"]  # fmt: skip
 _SUMMARY_COLS = ["variant", "cells", "finished", "seeds", "diverged", "steps_done",
@@ -161,7 +161,8 @@ _HEADERS = {
     "wq_rank1_share": "rank-1 share", "delta_coherence": "δ coh.", "growth_exponent": "growth k",
     "tie_events_per_row": "ties/row", "p_bar_ones_per_row": "P̄=1/row", "delta_mean": "δ mean",
     "delta_t": "t δ", "delta_cumsum": "Σ δ err", "o_mean": "O mean", "steps_done": "steps",
-    "diverged_steps": "diverged at", "final_loss": "final loss",
+    "diverged_steps": "diverged at", "final_loss": "final loss", "key_shift_leak": "K-shift leak",
+    "key_shift_drift": "K-shift drift",
 }  # fmt: skip
 
 

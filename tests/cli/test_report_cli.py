@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,14 @@ def test_smoke_suite_ablate_then_report(run_cli, tmp_path) -> None:
     assert "dW columns: dW = dQᵀX." in result.out  # the captures hold the layer input X
     assert "no layer input X" not in result.out
     assert "set replay.baseline" not in result.out  # declared in suite.json, not inferred
+    assert "K-shift leak" in run_cli("report", store, "--table", "metrics").out
+    metrics = next((tmp_path / "runs" / "smoke").glob("fa2--*")) / "run" / "metrics.jsonl"
+    stats = [json.loads(line)["attention"] for line in metrics.read_text().splitlines()
+             if "attention" in line]  # fmt: skip
+    assert stats and all(0 < v < 1 for s in stats for v in s["1"]["key_shift_leak"])
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert run_cli("report", store, "--plot", str(tmp_path / "fig")).code == 0
+        assert (tmp_path / "fig" / "smoke_logits.png").is_file()
 
 
 def test_report_takes_the_roles_from_suite_json(run_cli, tmp_path) -> None:

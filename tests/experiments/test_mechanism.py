@@ -76,3 +76,42 @@ def test_non_finite_errors_have_no_direction_instead_of_crashing() -> None:
     assert math.isnan(series.direction_similarity())
     u, v, share = mech.top_direction(torch.tensor([1.0, math.inf]))
     assert u is None and torch.isnan(v).all() and math.isnan(share)
+
+
+def test_key_shift_leak_is_zero_for_exact_gradients_and_reads_a_planted_leak() -> None:
+    from flashprobe.reference.golden import golden_backward
+
+    torch.manual_seed(0)
+    q, k, v, do = (torch.randn(2, 3, 40, 16, dtype=torch.float64) for _ in range(4))
+    exact = golden_backward(q, k, v, do, causal=True).dk
+    leak, _ = mech.key_shift_leak(exact, q)
+    assert leak < 1e-12
+    # A common offset along −mean(q) in every key's gradient: a leak that raises the scores.
+    offset = -q.mean(dim=-2, keepdim=True) * 0.01
+    leak, drift = mech.key_shift_leak(exact + offset, q)
+    expected = float(torch.linalg.vector_norm(offset.expand_as(exact).sum(dim=-2).flatten()))
+    expected /= float(torch.linalg.vector_norm((exact + offset).flatten()))
+    assert leak == pytest.approx(expected, rel=1e-9)
+    assert drift == pytest.approx(1.0, abs=1e-6)
+    assert mech.key_shift_leak(exact - offset, q)[1] == pytest.approx(-1.0, abs=1e-6)
+    assert math.isnan(mech.key_shift_leak(torch.zeros_like(exact), q)[0])
+
+
+def test_bf16_running_accumulators_leak_more_than_fp32_attention() -> None:
+    """The emulated paper kernel breaks shift invariance far above the bf16 output floor."""
+    from flashprobe.reference.emulator import emulate_forward
+    from flashprobe.reference.emulator_backward import emulate_backward
+
+    torch.manual_seed(0)
+    shape = (1, 2, 256, 32)
+    q = ((torch.randn(shape) + torch.randn(32)) * 4 / 32**0.25).bfloat16()
+    k = ((torch.randn(shape) + torch.randn(32)) / 32**0.25).bfloat16()
+    v = (torch.randn(shape) * 0.5 + 1.0).bfloat16()
+    do = (torch.randn(shape) * 1e-2 + 3e-3).bfloat16()
+    leaks = {}
+    for name in ("paper-code", "fp32"):
+        fwd = emulate_forward(q, k, v, name, causal=True)
+        bwd = emulate_backward(q, k, v, fwd.o, do, fwd.lse, name, causal=True, o_fp32=fwd.o_fp32)
+        leaks[name] = mech.key_shift_leak(bwd.dk, q)[0]
+    assert leaks["fp32"] < 5e-3  # bf16 rounding of dK only
+    assert leaks["paper-code"] > 5 * leaks["fp32"]

@@ -192,3 +192,27 @@ def test_without_x_the_report_notes_the_token_summed_proxy(tmp_path) -> None:
     report = build_suite_report("planted", sr.read_cells(root, "planted"))
     assert report.weight_gradient == "token-summed dQ (no X captured)"
     assert any("no layer input X" in n for n in report.notes)
+
+
+def test_a_planted_common_key_gradient_shows_as_key_shift_leak(tmp_path) -> None:
+    """dK += c for every key (a gradient softmax cannot have) is reported as the variant's
+    key-shift leak, pointing against mean(q) when c does; the baseline stays at rounding level."""
+    from flashprobe.reporting.report import build_suite_report, render_reports
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        run = run_kernel(*args, **kwargs)
+        if args[4].block_m == 32:
+            q = args[0].double()
+            offset = -q.mean(dim=-2, keepdim=True) * run.dk.double().abs().mean() / q.abs().mean()
+            return replace(run, dk=(run.dk.double() + offset).to(run.dk.dtype))
+        return run
+
+    root = make_store(tmp_path)
+    cells = sr.read_cells(root, "planted")
+    replay_cells(cells, ReplaySettings(baseline="baseline"), kernel=kernel)
+    summary = json.loads((root / "planted" / "replay.json").read_text())["summary"]
+    assert summary["baseline"]["key_shift_leak"] < 0.02
+    assert summary["block-m"]["key_shift_leak"] > 0.3
+    assert summary["block-m"]["key_shift_drift"] > 0.9
+    text = render_reports([build_suite_report("planted", cells)], "table", table="metrics")
+    assert "K-shift leak" in text

@@ -105,3 +105,31 @@ def test_captured_x_has_the_autocast_dtype_c_attn_consumes() -> None:
         model(idx)
     assert record.tensors["layer0.x"].dtype == torch.bfloat16
     assert record.tensors["layer0.x"].shape == (2, 32, 64)
+
+
+def test_key_shift_leak_is_measured_in_backward_and_tiny_for_fp32_attention() -> None:
+    """Σ_j dK_j is exactly 0; fp32 math attention leaves only fp32 rounding there."""
+    model = tiny(attention="math")
+    idx = torch.randint(0, 256, (2, 32))
+    with model.instrument() as forward_only:
+        model(idx)
+    assert "key_shift_leak" not in forward_only.stats_dict()["0"]  # no backward, no gradient
+    with model.instrument() as record:
+        model(idx, idx)[1].backward()
+        model(idx, idx)[1].backward()  # a second micro-batch pools into the same sums
+    for layer in ("0", "1"):
+        entry = record.stats_dict()[layer]
+        assert len(entry["key_shift_leak"]) == 4 and len(entry["key_shift_drift"]) == 4
+        assert all(0 <= x < 1e-5 for x in entry["key_shift_leak"])
+        assert all(-1 <= x <= 1 for x in entry["key_shift_drift"])
+
+
+def test_key_shift_leak_under_bf16_autocast_sits_at_the_bf16_floor_for_every_head_group() -> None:
+    """Heads split over two attention implementations still report one leak per head; at init
+    (small logits) every implementation is near bf16's rounding floor of dK (~2e-3)."""
+    pytest.importorskip("flashprobe.api")
+    model = tiny(layers={1: {"heads": {0: {"impl": "sdpa"}}}})
+    with torch.autocast("cpu", dtype=torch.bfloat16), model.instrument() as record:
+        model(torch.randint(0, 256, (2, 32)), torch.randint(0, 256, (2, 32)))[1].backward()
+    leaks = record.stats_dict()["1"]["key_shift_leak"]
+    assert len(leaks) == 4 and all(1e-4 < x < 2e-2 for x in leaks)
