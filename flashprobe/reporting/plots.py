@@ -82,30 +82,25 @@ def write_plots(report: Any, out_dir: Path) -> list[Path]:
         _finish(ax, "captured step", "Σ_steps Σ_tokens (δ − δ_fp64)", title)
         written.append(_save(fig, plt, Path(f"{prefix}_delta_cumsum.png")))
 
-    ties = _mean_series(cells, metrics, _tie_values)
-    if ties:
+    panels = (
+        (_tie_values, ("tie_events", "p_bar_ones"), "count (all layers and heads)", False, "ties",
+         ("tied-maximum tiles per step", "P̄ = 1 entries per step")),
+        (_logit_and_leak_values, ("max_logit", "key_shift_leak"), "max over layers and heads",
+         True, "logits", ("largest attention logit", "largest key-shift leak ‖Σ_j dK_j‖ / ‖dK‖")),
+    )  # fmt: skip
+    for pick, quantities, ylabel, log, name, titles in panels:
+        series = _mean_series(cells, metrics, pick)
+        if not series:
+            continue
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-        for (variant, _, which), pts in sorted(ties.items()):
-            ax = axes[0 if which == "tie_events" else 1]
+        for (variant, _, which), pts in sorted(series.items()):
+            ax = axes[quantities.index(which)]
             ax.plot(*zip(*pts, strict=True), color=colours[variant], label=variant)
-        axes[0].set_title("tied-maximum tiles per step")
-        axes[1].set_title("P̄ = 1 entries per step")
-        for ax in axes:
-            _finish(ax, "step", "count (all layers and heads)", None)
-        written.append(_save(fig, plt, Path(f"{prefix}_ties.png")))
-
-    logits = _mean_series(cells, metrics, _logit_and_leak_values)
-    if logits:
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-        for (variant, _, which), pts in sorted(logits.items()):
-            ax = axes[0 if which == "max_logit" else 1]
-            ax.plot(*zip(*pts, strict=True), color=colours[variant], label=variant)
-        axes[0].set_title("largest attention logit")
-        axes[1].set_title("largest key-shift leak ‖Σ_j dK_j‖ / ‖dK‖")
-        for ax in axes:
-            ax.set_yscale("log")
-            _finish(ax, "step", "max over layers and heads", None)
-        written.append(_save(fig, plt, Path(f"{prefix}_logits.png")))
+        for ax, title in zip(axes, titles, strict=True):
+            if log:
+                ax.set_yscale("log")
+            _finish(ax, "step", ylabel, title)
+        written.append(_save(fig, plt, Path(f"{prefix}_{name}.png")))
     return written
 
 
