@@ -68,46 +68,64 @@ class MuonWithAdamW(torch.optim.Optimizer):
     def step(self, closure: Any = None) -> None:
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
             if group["use_muon"]:
                 self._muon_update(params, group)
             else:
-                for p in params:
-                    self._adamw_update(p, group)
+                self._adamw_update(params, group)
+
+    # Both updates use multi-tensor (`torch._foreach_*`) ops: the same arithmetic per element as
+    # one op per parameter, in a few kernel launches instead of hundreds per step.
 
     def _muon_update(self, params: list[torch.Tensor], group: dict[str, Any]) -> None:
-        by_shape: dict[tuple[int, ...], list[torch.Tensor]] = {}
-        for p in params:
-            by_shape.setdefault(tuple(p.shape), []).append(p)
-        for shape, same_shape in by_shape.items():
-            directions = torch.stack([self._momentum_direction(p, group) for p in same_shape])
-            updates = newton_schulz(directions, group["ns_steps"])
+        grads = [p.grad for p in params]
+        bufs = [self._state(p, "momentum_buffer") for p in params]
+        torch._foreach_mul_(bufs, group["momentum"])
+        torch._foreach_add_(bufs, grads)
+        directions = (
+            torch._foreach_add(grads, bufs, alpha=group["momentum"]) if group["nesterov"] else bufs
+        )
+        by_shape: dict[tuple[int, ...], list[int]] = {}
+        for i, p in enumerate(params):
+            by_shape.setdefault(tuple(p.shape), []).append(i)
+        for shape, index in by_shape.items():
+            same_shape = [params[i] for i in index]
+            updates = newton_schulz(torch.stack([directions[i] for i in index]), group["ns_steps"])
             scale = RMS_MATCH * math.sqrt(max(shape))
-            for p, update in zip(same_shape, updates, strict=True):
-                p.mul_(1.0 - group["lr"] * group["weight_decay"])
-                p.add_(update.to(p.dtype), alpha=-group["lr"] * scale)
+            torch._foreach_mul_(same_shape, 1.0 - group["lr"] * group["weight_decay"])
+            torch._foreach_add_(
+                same_shape, [u.to(p.dtype) for u, p in zip(updates, same_shape, strict=True)],
+                alpha=-group["lr"] * scale,
+            )  # fmt: skip
 
-    def _momentum_direction(self, p: torch.Tensor, group: dict[str, Any]) -> torch.Tensor:
-        """Update the momentum buffer; the (Nesterov) direction to orthogonalise."""
-        state = self.state[p]
-        if "momentum_buffer" not in state:
-            state["momentum_buffer"] = torch.zeros_like(p)
-        buf = state["momentum_buffer"]
-        buf.mul_(group["momentum"]).add_(p.grad)
-        return p.grad.add(buf, alpha=group["momentum"]) if group["nesterov"] else buf
-
-    def _adamw_update(self, p: torch.Tensor, group: dict[str, Any]) -> None:
-        state = self.state[p]
-        if "step" not in state:
-            state["step"] = torch.zeros((), dtype=torch.float32)
-            state["exp_avg"] = torch.zeros_like(p)
-            state["exp_avg_sq"] = torch.zeros_like(p)
-        state["step"] += 1
-        step = float(state["step"])
+    def _adamw_update(self, params: list[torch.Tensor], group: dict[str, Any]) -> None:
         beta1, beta2 = group["betas"]
-        state["exp_avg"].lerp_(p.grad, 1.0 - beta1)
-        state["exp_avg_sq"].mul_(beta2).addcmul_(p.grad, p.grad, value=1.0 - beta2)
-        bias1 = 1.0 - beta1**step
-        bias2 = 1.0 - beta2**step
-        denom = (state["exp_avg_sq"] / bias2).sqrt_().add_(group["eps"])
-        p.mul_(1.0 - group["lr"] * group["weight_decay"])
-        p.addcdiv_(state["exp_avg"], denom, value=-group["lr"] / bias1)
+        by_step: dict[float, list[torch.Tensor]] = {}  # one bias correction per step count
+        for p in params:
+            state = self.state[p]
+            if "step" not in state:
+                state["step"] = torch.zeros((), dtype=torch.float32)
+            state["step"] += 1
+            by_step.setdefault(float(state["step"]), []).append(p)
+        for step, ps in by_step.items():
+            grads = [p.grad for p in ps]
+            exp_avg = [self._state(p, "exp_avg") for p in ps]
+            exp_avg_sq = [self._state(p, "exp_avg_sq") for p in ps]
+            torch._foreach_lerp_(exp_avg, grads, 1.0 - beta1)
+            torch._foreach_mul_(exp_avg_sq, beta2)
+            torch._foreach_addcmul_(exp_avg_sq, grads, grads, value=1.0 - beta2)
+            bias1 = 1.0 - beta1**step
+            bias2 = 1.0 - beta2**step
+            denom = torch._foreach_div(exp_avg_sq, bias2)
+            torch._foreach_sqrt_(denom)
+            torch._foreach_add_(denom, group["eps"])
+            torch._foreach_mul_(ps, 1.0 - group["lr"] * group["weight_decay"])
+            torch._foreach_addcdiv_(ps, exp_avg, denom, value=-group["lr"] / bias1)
+
+    def _state(self, p: torch.Tensor, name: str) -> torch.Tensor:
+        """A zero-initialised per-parameter buffer."""
+        state = self.state[p]
+        if name not in state:
+            state[name] = torch.zeros_like(p)
+        return state[name]

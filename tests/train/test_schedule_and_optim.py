@@ -77,3 +77,53 @@ def test_newton_schulz_on_a_stack_orthogonalises_each_matrix_alone() -> None:
         batched = newton_schulz(stack, steps=5)
         one_by_one = torch.stack([newton_schulz(g, steps=5) for g in stack])
         torch.testing.assert_close(batched, one_by_one, rtol=1e-4, atol=1e-5)
+
+
+def _reference_muon_with_adamw_step(params, grads, state, *, lr, betas, eps, wd, momentum,
+                                    nesterov, use_muon):  # fmt: skip
+    """One parameter at a time, the textbook way: what the multi-tensor step must equal."""
+    import math
+
+    beta1, beta2 = betas
+    for p, g in zip(params, grads, strict=True):
+        s = state.setdefault(id(p), {})
+        if use_muon:
+            buf = s.setdefault("buf", torch.zeros_like(p))
+            buf.mul_(momentum).add_(g)
+            direction = g.add(buf, alpha=momentum) if nesterov else buf
+            update = newton_schulz(direction)
+            p.mul_(1.0 - lr * wd).add_(update, alpha=-lr * 0.2 * math.sqrt(max(p.shape)))
+        else:
+            s["step"] = s.get("step", 0) + 1
+            m = s.setdefault("m", torch.zeros_like(p)).lerp_(g, 1.0 - beta1)
+            v = s.setdefault("v", torch.zeros_like(p))
+            v.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
+            denom = (v / (1.0 - beta2 ** s["step"])).sqrt_().add_(eps)
+            p.mul_(1.0 - lr * wd).addcdiv_(m, denom, value=-lr / (1.0 - beta1 ** s["step"]))
+
+
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_muon_with_adamw_step_equals_the_one_parameter_at_a_time_reference(nesterov) -> None:
+    torch.manual_seed(0)
+    shapes = [(24, 8), (8, 24), (24, 8), (8, 8)]  # two share a shape: one batched NS stack
+    muon = [torch.randn(s) for s in shapes]
+    adam = [torch.randn(5), torch.randn(3, 4)]
+    mine = [p.clone().requires_grad_() for p in muon + adam]
+    kw = dict(lr=0.02, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, momentum=0.95,
+              nesterov=nesterov, ns_steps=5)  # fmt: skip
+    optimizer = MuonWithAdamW(
+        [{"params": mine[:4], "use_muon": True}, {"params": mine[4:], "use_muon": False}], **kw
+    )
+    ref = [p.clone() for p in muon + adam]
+    state: dict = {}
+    for _ in range(3):
+        grads = [torch.randn_like(p) for p in ref]
+        for p, g in zip(mine, grads, strict=True):
+            p.grad = g.clone()
+        optimizer.step()
+        common = dict(lr=0.02, betas=(0.9, 0.95), eps=1e-8, wd=0.1, momentum=0.95,
+                      nesterov=nesterov)  # fmt: skip
+        _reference_muon_with_adamw_step(ref[:4], grads[:4], state, use_muon=True, **common)
+        _reference_muon_with_adamw_step(ref[4:], grads[4:], state, use_muon=False, **common)
+    for p, r in zip(mine, ref, strict=True):
+        torch.testing.assert_close(p.detach(), r, rtol=1e-5, atol=1e-6)
