@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from flashprobe.model.instrument import KeyGradStats
+
 __all__ = [
     "ErrorSeries",
     "coherence",
@@ -65,16 +67,13 @@ def key_shift_leak(dk: torch.Tensor, q: torch.Tensor) -> tuple[float, float]:
     the leading dimensions: > 0 when a descent step on the keys along the leak raises the rows'
     scores all together (max logit up, softmax unchanged). NaN where undefined.
     """
-    dk, q = dk.double(), q.double()
-    leak = dk.sum(dim=-2)
-    norm = float(torch.linalg.vector_norm(dk.flatten()))
-    q_mean = q.mean(dim=-2)
-    lengths = float((leak.norm(dim=-1) * q_mean.norm(dim=-1)).sum())
-    along = float(-(leak * q_mean).sum())
-    return (
-        float(torch.linalg.vector_norm(leak.flatten())) / norm if norm > 0 else math.nan,
-        along / lengths if lengths > 0 else math.nan,
-    )
+
+    def one_head(t: torch.Tensor) -> torch.Tensor:  # [..., N, D] → [batch, 1, N, D]
+        return t.double().reshape(-1, 1, *t.shape[-2:])
+
+    values = KeyGradStats.from_grads(one_head(dk), one_head(q)).to_dict()
+    leak, drift = values["key_shift_leak"][0], values["key_shift_drift"][0]
+    return (math.nan if leak is None else leak, math.nan if drift is None else drift)
 
 
 def relative_error(approx: torch.Tensor, exact: torch.Tensor) -> float:

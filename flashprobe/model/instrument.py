@@ -93,12 +93,14 @@ class KeyGradStats:
     @classmethod
     @torch.no_grad()
     def from_grads(cls, dk: torch.Tensor, q: torch.Tensor) -> KeyGradStats:
-        """dk, q: batch × heads × seq × head_dim."""
-        leak = dk.float().sum(dim=2)
-        q_mean = q.float().mean(dim=2)
+        """dk, q: batch × heads × seq × head_dim; summed in fp32 (fp64 inputs: in fp64)."""
+        work = torch.promote_types(dk.dtype, torch.float32)
+        dk, q = dk.to(work), q.to(work)
+        leak = dk.sum(dim=2)
+        q_mean = q.mean(dim=2)
         sums = (
             leak.square().sum(dim=(0, 2)),
-            dk.float().square().sum(dim=(0, 2, 3)),
+            dk.square().sum(dim=(0, 2, 3)),
             -(leak * q_mean).sum(dim=(0, 2)),
             (leak.norm(dim=-1) * q_mean.norm(dim=-1)).sum(dim=0),
         )
