@@ -5,7 +5,7 @@ RMS-matched to AdamW by the factor 0.2·sqrt(max(rows, cols)), so one lr and one
 decay serve both parts. One optimizer object holds both kinds of parameter group (`use_muon`),
 so checkpoints and the lr schedule treat it like AdamW. The fused QKV matrix is orthogonalised
 as one matrix. Newton–Schulz runs in fp32 for reproducibility, batched over the matrices of one
-shape (a small model's step is otherwise dominated by hundreds of tiny matmul launches).
+shape (fewer, larger matmuls than one per matrix: a small model's step is launch-bound).
 """
 
 from __future__ import annotations
