@@ -84,8 +84,9 @@ def ablate_command(
         None,
         "--shard",
         metavar="K/N",
-        help="Run only shard K (0-based) of N: the (grid point, seed) groups numbered K, K+N, "
-        "K+2N, ... in run order; a branched variant runs with its source. No replay.",
+        help="Run only shard K (0-based) of N: the units numbered K, K+N, K+2N, ... in run "
+        "order (a unit: one cell, or with a branch one (grid point, seed) group, so a branched "
+        "variant runs with its source). No replay.",
     ),
 ) -> None:
     """Train every cell (variant × axis point × seed) of an ablation suite.
@@ -108,9 +109,10 @@ def ablate_command(
     The summary, replay and exit code then come as without --jobs; exit 1 if a process failed.
     Ctrl-C stops them all (continue with --resume). Not under torchrun.
 
-    --shard K/N runs only the (grid point, seed) groups numbered K, K+N, K+2N, ... in run order
-    (a branched variant with its source), e.g. one shard per machine on a shared store; the N
-    shards together are the whole suite. A shard does not replay: run `flashprobe replay` once
+    --shard K/N runs only the units numbered K, K+N, K+2N, ... in run order: single cells, or
+    when the suite branches whole (grid point, seed) groups (a branched variant with its
+    source), e.g. one shard per machine on a shared store; the N shards together are the whole
+    suite. A shard does not replay: run `flashprobe replay` once
     every shard is done.
 
     Examples:

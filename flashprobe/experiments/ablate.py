@@ -49,10 +49,11 @@ training output and starts it over; with neither the suite is refused before any
 Under torchrun every rank runs the same plan; only rank 0 writes the store.
 
 Shards (`--shard K/N`, and `--jobs N`, which starts N processes with shards 0/N..N-1/N on one
-store: experiments.parallel): the (grid point, seed) groups are numbered in run order and shard
-K keeps the cells of the groups whose number is K modulo N, so a branched cell runs in the same
-process as its source and the N shards partition the cells. Processes share a store safely:
-every cell has its own folder and every file is written atomically.
+store: experiments.parallel): shard units are numbered in run order and shard K keeps the
+units whose number is K modulo N. A unit is a (grid point, seed) group when the suite branches,
+so a branched cell runs in the same process as its source, and a single cell when it does not,
+so independent runs spread over every process. The N shards partition the cells. Processes
+share a store safely: every cell has its own folder and every file is written atomically.
 
 A run (not --dry-run) writes STORE/<suite>/suite.json first: the suite as run, i.e. the YAML
 after --set (suite edits applied, run-config overrides folded into base and every variant, so
@@ -213,23 +214,30 @@ def check_shard(index: int, count: int) -> None:
         )
 
 
-def group_numbers(cells: Sequence[Cell]) -> dict[Any, int]:
-    """Each (grid point, seed) group's number, counted in run order from 0."""
-    groups = dict.fromkeys(c.group for c in run_order(cells))
-    return {group: number for number, group in enumerate(groups)}
+def shard_numbers(cells: Sequence[Cell]) -> dict[str, int]:
+    """Cell name → the number of its shard unit, units counted in run order from 0. A unit runs
+    whole in one shard: the (grid point, seed) group when the suite branches (a branched cell
+    starts from its source's checkpoint), else the cell alone."""
+    ordered = run_order(cells)
+    branched = any(c.branch_from for c in ordered)
+    units: dict[Any, int] = {}
+    return {
+        c.name: units.setdefault(c.group if branched else (c.variant, c.group), len(units))
+        for c in ordered
+    }
 
 
-def shard_of(cell: Cell, numbers: Mapping[Any, int], count: int) -> int:
-    """The shard (of `count`) that runs this cell: its group's number modulo count."""
-    return numbers[cell.group] % count
+def shard_of(cell: Cell, numbers: Mapping[str, int], count: int) -> int:
+    """The shard (of `count`) that runs this cell: its unit's number modulo count."""
+    return numbers[cell.name] % count
 
 
 def select_shard(suite: Suite, index: int, count: int) -> Suite:
-    """Shard `index` of `count`: the cells of groups index, index + count, index + 2·count, ...
-    (groups numbered in run order). A branched cell is in its source's group, so both run in
-    the same shard; the shards of one count partition the suite."""
+    """Shard `index` of `count`: the cells of units index, index + count, index + 2·count, ...
+    (`shard_numbers`). A branched cell is in its source's unit, so both run in the same shard;
+    the shards of one count partition the suite."""
     check_shard(index, count)
-    numbers = group_numbers(suite.cells)
+    numbers = shard_numbers(suite.cells)
     cells = tuple(c for c in suite.cells if shard_of(c, numbers, count) == index)
     return dataclasses.replace(suite, cells=cells)
 

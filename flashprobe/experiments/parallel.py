@@ -7,10 +7,11 @@ and written suite.json; it then starts N children, child k being
     python -m flashprobe ablate -c CONFIG [--set ...] [--variant ...] [--resume|--restart]
         --store STORE --shard k/N --no-replay --format json
 
-(experiments.ablate.select_shard: whole (grid point, seed) groups, so a branched cell runs
-after its source in the same child). They share the store (one folder per cell, atomic
-writes); child k's stdout and stderr go to STORE/<suite>/logs/shard-k-of-N.log. A shard with
-nothing to train is not started. Each child gets 1/N of the CPU cores for its threads
+(experiments.ablate.select_shard: whole (grid point, seed) groups when the suite branches, so
+a branched cell runs after its source in the same child; single cells when it does not). They
+share the store (one folder per cell, atomic writes); child k's stdout and stderr go to
+STORE/<suite>/logs/shard-k-of-N.log. A shard with nothing to train is not started. Each child
+gets 1/N of the CPU cores for its threads
 (OMP_NUM_THREADS, unless set). On Ctrl-C the children are stopped (see `stop`): their
 unfinished cells stay resumable with --resume.
 """
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flashprobe.errors import FlashprobeError
-from flashprobe.experiments.ablate import CellOutcome, PlannedCell, group_numbers, shard_of
+from flashprobe.experiments.ablate import CellOutcome, PlannedCell, shard_numbers, shard_of
 
 LOG_DIR = "logs"  # STORE/<suite>/logs/shard-<k>-of-<N>.log
 
@@ -107,7 +108,7 @@ def plan_shards(
     command: Callable[[int, int], Sequence[str]],
 ) -> list[Shard]:
     """`count` shards of a planned suite; `command(index, count)` is a child's command line."""
-    numbers = group_numbers([p.cell for p in plan])
+    numbers = shard_numbers([p.cell for p in plan])
     return [
         Shard(
             index=index,

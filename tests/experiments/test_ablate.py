@@ -14,13 +14,13 @@ from flashprobe.errors import FlashprobeError
 from flashprobe.experiments.ablate import (
     SuiteEvents,
     check_branches,
-    group_numbers,
     parse_shard,
     plan_suite,
     run_order,
     run_plan,
     select_shard,
     select_variants,
+    shard_numbers,
 )
 from flashprobe.experiments.cell_config import normalise_cell_config
 from flashprobe.experiments.store import ResultStore
@@ -206,16 +206,18 @@ def test_shards_partition_the_cells_and_keep_branches_with_their_source(make_sui
     )
     raw["variants"]["same"] = {}
     suite = suite_of(raw)
-    assert len(suite.cells) == 18 and len(group_numbers(suite.cells)) == 6
+    numbers = shard_numbers(suite.cells)
+    assert len(suite.cells) == 18 and len(set(numbers.values())) == 6
     ordered = run_order(suite.cells)
-    assert list(group_numbers(suite.cells)) == list(dict.fromkeys(c.group for c in ordered))
+    groups_in_order = list(dict.fromkeys(c.group for c in ordered))
+    assert all(numbers[c.name] == groups_in_order.index(c.group) for c in ordered)
     for count in (1, 2, 4, 7):
         shards = [select_shard(suite, index, count).cells for index in range(count)]
         names = [c.name for cells in shards for c in cells]
         assert sorted(names) == sorted(c.name for c in suite.cells)  # a partition: no cell twice
         for index, cells in enumerate(shards):
             groups = {c.group for c in cells}
-            assert all(group_numbers(suite.cells)[g] % count == index for g in groups)
+            assert all(numbers[c.name] % count == index for c in cells)
             for group in groups:  # each group whole: the branch source, then its branches
                 members = [c.variant for c in run_order(cells) if c.group == group]
                 assert members == ["fa2", "sfa", "same"]
@@ -226,6 +228,17 @@ def test_shards_partition_the_cells_and_keep_branches_with_their_source(make_sui
     # with --variant: the source stays, and in the same shard
     picked = select_shard(select_variants(suite, ["sfa"]), 0, 2)
     assert [c.variant for c in run_order(picked.cells)] == ["fa2", "sfa"] * 3
+
+
+def test_without_a_branch_every_cell_is_its_own_shard_unit(make_suite) -> None:
+    """Independent runs spread cell by cell: 2 variants × 3 seeds fill 6 processes."""
+    suite = suite_of(make_suite(seeds=[0, 1, 2]))
+    assert not any(c.branch_from for c in suite.cells) and len(suite.cells) == 6
+    assert sorted(shard_numbers(suite.cells).values()) == list(range(6))
+    shards = [select_shard(suite, index, 6).cells for index in range(6)]
+    assert [len(cells) for cells in shards] == [1] * 6
+    assert sorted(c.name for cells in shards for c in cells) == sorted(c.name for c in suite.cells)
+    assert [len(select_shard(suite, i, 4).cells) for i in range(4)] == [2, 2, 1, 1]
 
 
 @pytest.mark.parametrize(
