@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,6 +133,20 @@ def read_metrics(cell: CellView) -> list[dict[str, Any]]:
             raise FlashprobeError(f"corrupt JSON in result store: {path} (line {i + 1})") from None
         if isinstance(record, dict):
             out.append(record)
+    return out
+
+
+def attention_maxima(
+    record: Mapping[str, Any], names: Sequence[str] = ("max_logit", "key_shift_leak")
+) -> dict[str, float]:
+    """One metrics record's largest value of each per-head attention metric over layers and
+    heads (a name the record does not hold is left out)."""
+    layers = (record.get("attention") or {}).values()
+    out = {}
+    for name in names:
+        values = [v for layer in layers for v in layer.get(name) or [] if v is not None]
+        if values:
+            out[name] = float(max(values))
     return out
 
 

@@ -126,14 +126,7 @@ def _tie_values(record: Mapping[str, Any]) -> dict[tuple[int, str], float]:
 
 
 def _logit_and_leak_values(record: Mapping[str, Any]) -> dict[tuple[int, str], float]:
-    attention = record.get("attention") or {}
-    out: dict[tuple[int, str], float] = {}
-    for which in ("max_logit", "key_shift_leak"):
-        values = [v for layer in attention.values() for v in (layer.get(which) or [])
-                  if v is not None and v > 0]  # fmt: skip
-        if values:
-            out[-1, which] = float(max(values))
-    return out
+    return {(-1, name): v for name, v in sr.attention_maxima(record).items() if v > 0}  # log axes
 
 
 def _mean_series(

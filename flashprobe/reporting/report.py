@@ -9,6 +9,7 @@ as it goes, and `missing` says what is not there yet.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,7 +145,7 @@ _METRIC_COLS = ["variant", "o_bias", "delta_bias", "delta_t_max", "dq_rel", "dk_
 _HOT_COLS = ["layer", "head", "delta_mean", "delta_t", "delta_cumsum", "delta_coherence",
              "wq_coherence", "o_mean", "tie_events_per_row", "p_bar_ones_per_row"]  # fmt: skip
 _SUMMARY_COLS = ["variant", "cells", "finished", "seeds", "diverged", "steps_done",
-                 "diverged_steps", "final_loss"]  # fmt: skip
+                 "diverged_steps", "final_loss", "peak_logit", "median_leak"]  # fmt: skip
 _CSV = {
     "summary": _SUMMARY_COLS,
     "ranking": ["rank", "variant", "design", "component", "reference", "seeds", "unfinished",
@@ -162,7 +163,8 @@ _HEADERS = {
     "tie_events_per_row": "ties/row", "p_bar_ones_per_row": "P̄=1/row", "delta_mean": "δ mean",
     "delta_t": "t δ", "delta_cumsum": "Σ δ err", "o_mean": "O mean", "steps_done": "steps",
     "diverged_steps": "diverged at", "final_loss": "final loss", "key_shift_leak": "K-shift leak",
-    "key_shift_drift": "K-shift drift",
+    "key_shift_drift": "K-shift drift", "peak_logit": "peak logit",
+    "median_leak": "K-shift leak (median)",
 }  # fmt: skip
 
 
@@ -241,6 +243,7 @@ def _summary_rows(cells: Sequence[sr.CellView]) -> list[dict[str, Any]]:
         steps = [c.summary.get("steps_done") for c in done]  # type: ignore[union-attr]
         losses = [c.summary.get("final_loss") for c in done]  # type: ignore[union-attr]
         losses = [x for x in losses if isinstance(x, int | float) and math.isfinite(x)]
+        logits, leaks = _attention_maxima(mine)
         rows.append(
             {
                 "variant": variant,
@@ -251,9 +254,21 @@ def _summary_rows(cells: Sequence[sr.CellView]) -> list[dict[str, Any]]:
                 "steps_done": ",".join(str(s) for s in steps) or None,
                 "diverged_steps": ",".join(_diverged_steps(div)) or None,
                 "final_loss": sum(losses) / len(losses) if losses else None,
+                "peak_logit": max(logits, default=None),
+                "median_leak": statistics.median(leaks) if leaks else None,
             }
         )
     return rows
+
+
+def _attention_maxima(cells: Sequence[sr.CellView]) -> tuple[list[float], list[float]]:
+    """Per recorded training step of these cells: the largest attention logit and the largest
+    key-shift leak over layers and heads."""
+    maxima = [sr.attention_maxima(record) for cell in cells for record in sr.read_metrics(cell)]
+    return (
+        [m["max_logit"] for m in maxima if "max_logit" in m],
+        [m["key_shift_leak"] for m in maxima if "key_shift_leak" in m],
+    )
 
 
 def _diverged_steps(cells: Sequence[sr.CellView]) -> list[str]:

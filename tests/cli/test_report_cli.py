@@ -94,6 +94,9 @@ def test_smoke_suite_ablate_then_report(run_cli, tmp_path) -> None:
     assert "no layer input X" not in result.out
     assert "set replay.baseline" not in result.out  # declared in suite.json, not inferred
     assert "K-shift leak" in run_cli("report", store, "--table", "metrics").out
+    summary = json.loads(run_cli("report", store, "--format", "json").out)[0]["summary"]
+    for row in summary:  # every variant trained with attention stats every 10 steps
+        assert row["peak_logit"] > 0 and 0 < row["median_leak"] < 1
     metrics = next((tmp_path / "runs" / "smoke").glob("fa2--*")) / "run" / "metrics.jsonl"
     stats = [json.loads(line)["attention"] for line in metrics.read_text().splitlines()
              if "attention" in line]  # fmt: skip
