@@ -32,6 +32,19 @@ def report_command(
         "variant named safe/all-safe/fp32, or the fp32 kernel).",
     ),
     top: int = typer.Option(8, "--top", help="Hot spots (layer, head) to list."),
+    failure: str | None = typer.Option(
+        None,
+        "--failure",
+        help="What the ranking counts as a failed run: divergence (the run's divergence rule) "
+        "or logit-runaway (a max attention logit above --logit-limit, or a divergence first). "
+        "Default: the suite's failure: section, else divergence.",
+    ),
+    logit_limit: float = typer.Option(
+        1000.0, "--logit-limit", help="With --failure logit-runaway: the logit limit."
+    ),
+    failure_layers: list[int] | None = typer.Option(
+        None, "--failure-layer", help="With --failure logit-runaway: only this layer (repeat)."
+    ),
 ) -> None:
     """Rank which kernel component explains a suite's divergence, from a result store.
 
@@ -47,6 +60,8 @@ def report_command(
       flashprobe report runs --format csv --table metrics
 
       flashprobe report runs --plot figures/
+
+      flashprobe report runs --failure logit-runaway --logit-limit 1000 --failure-layer 1
     """
     from flashprobe.reporting.report import FORMATS, TABLES, build_reports, render_reports
 
@@ -60,7 +75,13 @@ def report_command(
         from flashprobe.reporting.plots import require_matplotlib
 
         require_matplotlib()  # fail before reading anything
-    reports = build_reports(store, suite, baseline=baseline, safe=safe, top=top)
+    rule = None
+    if failure is not None:
+        from flashprobe.experiments.failure import FailureRule
+
+        layers = tuple(failure_layers) if failure_layers else None
+        rule = FailureRule(failure, logit_limit, layers)
+    reports = build_reports(store, suite, baseline=baseline, safe=safe, top=top, failure=rule)
     typer.echo(render_reports(reports, fmt, table))
     if plot is not None:
         from flashprobe.reporting.plots import write_plots

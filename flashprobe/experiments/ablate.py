@@ -29,6 +29,8 @@ Suite YAML schema (expansion: experiments.suite; cell config: experiments.cell_c
     replay:                         # optional: replay the variants on the captures afterwards
       baseline: fa2                 # keys and defaults: experiments.replay (baseline, safe,
       backend: auto                 # components, variants, sources, backend); false: no replay
+    failure: {event: logit-runaway, logit_limit: 1000}   # optional: what the ranking counts as
+                                    # a failed run (experiments.failure; default: divergence)
 
 Every unknown key or impossible value in any cell is rejected before anything runs or is
 written. A cell = variant × grid point × seed; its key hashes its normalised config (and its
@@ -84,6 +86,7 @@ from flashprobe.experiments.cell_config import (
     normalise_cell_config,
     resolve_cell_config,
 )
+from flashprobe.experiments.failure import FailureRule
 from flashprobe.experiments.store import (
     RUN_DIR,
     SUITE_FILE,
@@ -159,6 +162,7 @@ def prepare_suite(path: str | Path, overrides: Iterable[str] = ()) -> Suite:
     suite = load_suite(path, overrides, validate=normalise_cell_config)
     check_branches(suite)
     replay_settings(suite)
+    FailureRule.from_suite(suite.raw.get("failure"))
     return suite
 
 

@@ -16,11 +16,13 @@ Its design is `restore` when it is at least as close to the baseline as to the s
 
 Evidence per variant v (reference r: the baseline for restore, the safe variant for add):
 
-    training   p = diverged seeds / finished seeds, Wilson 95% interval; Fisher's exact
-               two-sided p-value of v's against r's counts; steps to divergence over the
-               diverged seeds (mean, t 95% interval)
-               Δp = p_r − p_v (restore: the divergence the change removes)
-                    p_v − p_r (add: the divergence the component brings in)
+    training   p = failed seeds / counted seeds, Wilson 95% interval; Fisher's exact
+               two-sided p-value of v's against r's counts; steps to failure over the failed
+               seeds (mean, t 95% interval). Failed: the suite's failure rule
+               (experiments.failure; by default the run's divergence rule); a seed counts
+               once it finished or failed.
+               Δp = p_r − p_v (restore: the failure the change removes)
+                    p_v − p_r (add: the failure the component brings in)
     mechanism  B = delta_bias of the replay (experiments.replay_summary.summarise: Σ over
                source, layer and head of |δ error summed over tokens and steps| / tokens)
                restore: 1 − B_v / B_baseline (the share of the baseline's biased δ error the
@@ -37,14 +39,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flashprobe.errors import FlashprobeError
+from flashprobe.experiments.failure import FailureRule
 from flashprobe.spec import PRESETS, make_spec
 
 METHOD = (
     "score = mean(Δp, mechanism share clipped to [-1, 1]) over those available. restore design "
     "(one factor at a time from the failing baseline): Δp = p_baseline − p_variant, mechanism "
     "share = 1 − B_variant/B_baseline; add design (one factor in from the all-safe variant): "
-    "Δp = p_variant − p_safe, share = (B_variant − B_safe)/(B_baseline − B_safe). p = diverged/"
-    "finished seeds with a Wilson 95% interval; Fisher's exact two-sided test against the "
+    "Δp = p_variant − p_safe, share = (B_variant − B_safe)/(B_baseline − B_safe). p = failed/"
+    "counted seeds (finished or failed) with a Wilson 95% interval; Fisher's exact two-sided "
+    "test against the "
     "reference; B = replayed δ bias (Σ over source cell, layer, head of |δ error summed over "
     "tokens and steps| per token, δ error vs the fp64 golden on the baseline's captures)."
 )
@@ -197,28 +201,32 @@ def mean_interval(values: Sequence[float]) -> tuple[float | None, float | None, 
 # -- outcomes and the ranked table --------------------------------------------------------
 @dataclass(frozen=True)
 class Outcome:
-    """Training outcome of one variant over its finished seeds."""
+    """Training outcome of one variant over its counted seeds (finished, or failed)."""
 
     variant: str
     seeds: int
-    diverged: int
-    unfinished: int
-    steps: tuple[int, ...]  # diverged_step of each diverged seed
+    failed: int
+    unfinished: int  # cut off before finishing or failing: no outcome
+    steps: tuple[int, ...]  # the failure step of each failed seed
 
     @property
     def rate(self) -> float | None:
-        return self.diverged / self.seeds if self.seeds else None
+        return self.failed / self.seeds if self.seeds else None
 
 
-def outcomes(cells: Sequence[Any]) -> dict[str, Outcome]:
+def outcomes(
+    cells: Sequence[Any], failed_at: Mapping[Any, int | None] | None = None
+) -> dict[str, Outcome]:
+    """Per variant. `failed_at`: each cell's failure step by its path (experiments.failure);
+    None: the divergence step of its summary."""
+    if failed_at is None:
+        failed_at = {c.path: FailureRule().step(c.summary, ()) for c in cells}
     out = {}
     for variant in dict.fromkeys(c.variant for c in cells):
         mine = [c for c in cells if c.variant == variant]
-        done = [c for c in mine if c.summary is not None]
-        div = [c for c in done if c.summary.get("diverged")]
-        steps = tuple(int(c.summary["diverged_step"]) for c in div
-                      if c.summary.get("diverged_step") is not None)  # fmt: skip
-        out[variant] = Outcome(variant, len(done), len(div), len(mine) - len(done), steps)
+        steps = tuple(s for c in mine if (s := failed_at.get(c.path)) is not None)
+        counted = [c for c in mine if c.summary is not None or failed_at.get(c.path) is not None]
+        out[variant] = Outcome(variant, len(counted), len(steps), len(mine) - len(counted), steps)
     return out
 
 
@@ -226,10 +234,14 @@ def rank(
     cells: Sequence[Any],
     roles: Roles,
     mechanism: Mapping[str, Mapping[str, Any]] | None = None,
+    failed_at: Mapping[Any, int | None] | None = None,
+    rule: FailureRule | None = None,
 ) -> list[dict[str, Any]]:
-    """The ranked table: one row per variant (the references first, unranked)."""
+    """The ranked table: one row per variant (the references first, unranked). `failed_at`
+    and `rule` as computed by experiments.failure (default: divergence)."""
     mechanism = mechanism or {}
-    result = outcomes(cells)
+    rule = rule or FailureRule()
+    result = outcomes(cells, failed_at)
     base_cfg = _config_of(cells, roles.baseline)
     safe_cfg = _config_of(cells, roles.safe) if roles.safe else None
     b_bias = _bias(mechanism, roles.baseline)
@@ -268,7 +280,7 @@ def rank(
             design=design,
             component=label,
             reference=ref,
-            fisher_p=fisher_exact(out.diverged, out.seeds, ref_out.diverged, ref_out.seeds)
+            fisher_p=fisher_exact(out.failed, out.seeds, ref_out.failed, ref_out.seeds)
             if out.seeds and ref_out.seeds
             else None,
             delta_p=dp,
@@ -276,7 +288,7 @@ def rank(
             mechanism_share=share,
             score=sum(parts) / len(parts) if parts else None,
         )
-        row["verdict"] = verdict(row, out, ref_out)
+        row["verdict"] = verdict(row, out, ref_out, rule.noun)
         rows.append(row)
     ranked = sorted(
         (r for r in rows if r["design"] in ("restore", "add")),
@@ -292,8 +304,9 @@ def rank(
     return refs + ranked
 
 
-def verdict(row: Mapping[str, Any], out: Outcome, ref: Outcome) -> str:
-    """Necessary / sufficient in words, training first, then the mechanism."""
+def verdict(row: Mapping[str, Any], out: Outcome, ref: Outcome, noun: str = "divergence") -> str:
+    """Necessary / sufficient in words (for the failure `noun`), training first, then the
+    mechanism."""
     share = row.get("mechanism_share")
     mech_part = ""
     if share is not None:
@@ -308,31 +321,31 @@ def verdict(row: Mapping[str, Any], out: Outcome, ref: Outcome) -> str:
     if not out.seeds or not ref.seeds:
         train = "training outcome missing"
     elif row["design"] == "restore":
-        if ref.diverged == 0:
-            train = "baseline did not diverge: training cannot tell"
-        elif out.diverged < ref.diverged * out.seeds / ref.seeds:
-            weak = f"fewer divergences, not significant (p={p:.2g}, n={out.seeds})"
-            train = "necessary: restoring it prevents divergence" if sig else weak
+        if ref.failed == 0:
+            train = f"baseline shows no {noun}: training cannot tell"
+        elif out.failed < ref.failed * out.seeds / ref.seeds:
+            weak = f"less {noun}, not significant (p={p:.2g}, n={out.seeds})"
+            train = f"necessary: restoring it prevents {noun}" if sig else weak
         else:
-            train = "not necessary: still diverges"
+            train = f"not necessary: {noun} still comes"
     else:
-        if out.diverged == 0:
-            train = "not sufficient: no divergence"
-        elif out.diverged * ref.seeds > ref.diverged * out.seeds:
-            weak = f"more divergences, not significant (p={p:.2g}, n={out.seeds})"
-            train = "sufficient: it alone makes the safe config diverge" if sig else weak
+        if out.failed == 0:
+            train = f"not sufficient: no {noun}"
+        elif out.failed * ref.seeds > ref.failed * out.seeds:
+            weak = f"more {noun}, not significant (p={p:.2g}, n={out.seeds})"
+            train = f"sufficient: it alone brings {noun} to the safe config" if sig else weak
         else:
-            train = "no more divergence than the safe config"
+            train = f"no more {noun} than the safe config"
     return train + mech_part
 
 
 def _training_columns(out: Outcome) -> dict[str, Any]:
-    lo, hi = wilson_interval(out.diverged, out.seeds)
+    lo, hi = wilson_interval(out.failed, out.seeds)
     mean, s_lo, s_hi = mean_interval([float(s) for s in out.steps])
     return {
         "seeds": out.seeds,
         "unfinished": out.unfinished,
-        "diverged": out.diverged,
+        "failed": out.failed,
         "rate": out.rate,
         "rate_lo": lo if out.seeds else None,
         "rate_hi": hi if out.seeds else None,

@@ -242,6 +242,11 @@ def read_suite_definition(folder: Path) -> dict[str, Any] | None:
     return data
 
 
+def suite_failure(folder: Path) -> Any:
+    """The `failure:` section of suite.json (experiments.failure), None when absent."""
+    return (read_suite_definition(folder) or {}).get("failure")
+
+
 def suite_roles(folder: Path) -> dict[str, Any] | None:
     """The roles a suite declares in suite.json: baseline, safe and components from its
     `replay:` section; without one (or without replay.baseline) the baseline is branch.from.

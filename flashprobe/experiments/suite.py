@@ -38,7 +38,8 @@ from flashprobe.errors import FlashprobeError
 from flashprobe.spec import parse_assignments
 from flashprobe.yaml_io import read_yaml
 
-SUITE_KEYS = ("name", "description", "seeds", "base", "variants", "axes", "branch", "replay")
+SUITE_KEYS = ("name", "description", "seeds", "base", "variants", "axes", "branch", "replay",
+              "failure")  # fmt: skip
 BRANCH_KEYS = ("from", "step")
 
 

@@ -20,6 +20,7 @@ from tabulate import tabulate
 from flashprobe.errors import FlashprobeError
 from flashprobe.experiments import store_reader as sr
 from flashprobe.experiments.bias import T_SIGNIFICANT
+from flashprobe.experiments.failure import FailureRule, failure_steps
 from flashprobe.experiments.ranking import METHOD, Roles, rank, resolve_roles
 from flashprobe.experiments.replay_summary import hot_spots, summarise
 from flashprobe.reporting.render import render_csv, render_json
@@ -64,10 +65,13 @@ def build_reports(
     baseline: str | None = None,
     safe: str | None = None,
     top: int = 8,
+    failure: FailureRule | None = None,
 ) -> list[SuiteReport]:
+    """`failure`: what the ranking counts as a failed run (default: each suite's `failure:`
+    section, else divergence)."""
     cells = sr.read_cells(root, suite)
     return [
-        build_suite_report(name, members, baseline=baseline, safe=safe, top=top)
+        build_suite_report(name, members, baseline=baseline, safe=safe, top=top, failure=failure)
         for name, members in sr.suites_of(cells).items()
     ]
 
@@ -79,8 +83,10 @@ def build_suite_report(
     baseline: str | None = None,
     safe: str | None = None,
     top: int = 8,
+    failure: FailureRule | None = None,
 ) -> SuiteReport:
     stored = sr.read_suite_replay(sr.suite_dir(cells[0])) or {}
+    rule = failure or FailureRule.from_suite(sr.suite_failure(sr.suite_dir(cells[0])))
     saved = stored.get("roles") or {}
     # Roles: the command line, then the suite as ablate ran it (suite.json), then the replay's.
     declared = sr.suite_roles(sr.suite_dir(cells[0])) or {}
@@ -95,11 +101,13 @@ def build_suite_report(
     docs = [d for d in (sr.read_replay(c) for c in cells) if d is not None]
     mechanism = summarise(docs)
     missing = _missing(cells, docs, name)
-    ranking = rank(cells, roles, mechanism)
+    ranking = rank(cells, roles, mechanism, failure_steps(cells, rule), rule)
     metrics = [{"variant": v, **m} for v, m in mechanism.items()]
     spots = [h for h in hot_spots(docs) if h["variant"] == roles.baseline]
     spots.sort(key=lambda h: -abs(h["delta_cumsum"]))
     notes = [*roles.notes, *(n for d in docs for n in d.get("notes", []))]
+    if rule.event != "divergence":
+        notes.insert(0, f"failed (ranking): {rule.describe()}")
     t_base = (mechanism.get(roles.baseline) or {}).get("delta_t_max")
     if t_base is not None and abs(t_base) < T_SIGNIFICANT:
         notes.append(
@@ -136,7 +144,7 @@ def render_reports(reports: Sequence[SuiteReport], fmt: str, table: str = "ranki
     return "\n\n".join(_render_text(r, markdown=fmt == "markdown") for r in reports)
 
 
-_RANK_COLS = ["rank", "variant", "design", "component", "diverged", "rate", "fisher_p",
+_RANK_COLS = ["rank", "variant", "design", "component", "failed", "rate", "fisher_p",
               "steps", "delta_bias", "mechanism_share", "score", "verdict"]  # fmt: skip
 _METRIC_COLS = ["variant", "o_bias", "delta_bias", "delta_t_max", "dq_rel", "dk_rel", "dv_rel",
                 "wq_rel", "wk_rel", "key_shift_leak", "key_shift_drift", "wq_coherence",
@@ -149,13 +157,13 @@ _SUMMARY_COLS = ["variant", "cells", "finished", "seeds", "diverged", "steps_don
 _CSV = {
     "summary": _SUMMARY_COLS,
     "ranking": ["rank", "variant", "design", "component", "reference", "seeds", "unfinished",
-                "diverged", "rate", "rate_lo", "rate_hi", "fisher_p", "steps_mean", "steps_lo",
+                "failed", "rate", "rate_lo", "rate_hi", "fisher_p", "steps_mean", "steps_lo",
                 "steps_hi", "delta_bias", "mechanism_share", "delta_p", "score", "verdict"],
     "metrics": [*_METRIC_COLS, "o_abs", "replayed_rows", "steps", "matches_capture"],
     "hotspots": ["variant", *_HOT_COLS],
 }  # fmt: skip
 _HEADERS = {
-    "fisher_p": "Fisher p", "steps": "steps to div.", "delta_bias": "δ bias",
+    "fisher_p": "Fisher p", "steps": "steps to fail", "delta_bias": "δ bias",
     "mechanism_share": "bias share", "o_bias": "O bias", "delta_t_max": "t δ (max)",
     "dq_rel": "dQ rel", "dk_rel": "dK rel", "dv_rel": "dV rel", "wq_rel": "dW_Q rel",
     "wk_rel": "dW_K rel", "wq_coherence": "W_Q coh.", "wq_direction_similarity": "W_Q dir sim",
@@ -208,8 +216,8 @@ def _render_text(r: SuiteReport, *, markdown: bool) -> str:
 
 
 def _show(row: Mapping[str, Any], col: str) -> str:
-    if col == "diverged" and "rate" in row:
-        return f"{row['diverged']}/{row['seeds']}" if row.get("seeds") else "-"
+    if col == "failed":
+        return f"{row['failed']}/{row['seeds']}" if row.get("seeds") else "-"
     if col == "rate":
         if row.get("rate") is None:
             return "-"

@@ -63,6 +63,8 @@ def with_base(**sections):
         (TINY, ("--format", "xml"), "--format must be one of"),
         (TINY, ("--variant", "nope"), "--variant 'nope' is not in the suite"),
         ({**TINY, "replay": {"bogus": 1}}, (), "unknown replay key 'bogus'"),
+        ({**TINY, "failure": {"event": "spike"}}, (), "failure.event must be one of"),
+        (TINY, ("--set", "failure.logit_limit=-5"), "failure.logit_limit must be > 0"),
         ({**TINY, "replay": {"baseline": "nope"}}, (), "replay.baseline: no variant 'nope'"),
         ({**TINY, "replay": {"backend": "triton"}}, (), "backend triton needs a CUDA GPU"),
         ({**TINY, "replay": {}}, ("--set", "replay.sources=some"), "replay.sources must be"),

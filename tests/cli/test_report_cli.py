@@ -39,6 +39,10 @@ def test_bad_options(run_cli, tmp_path) -> None:
     assert run_cli("report", str(root), "--format", "html").code == 2
     assert run_cli("report", str(root), "--suite", "other").code == 2
     assert run_cli("replay", str(root), "--variant", "ghost").code == 2
+    for bad in (("--failure", "spike"), ("--failure", "logit-runaway", "--logit-limit", "0")):
+        result = run_cli("report", str(root), *bad)
+        assert result.code == 2 and len(result.err.strip().splitlines()) == 1
+        assert "failure." in result.err
 
 
 def test_replay_then_report(run_cli, tmp_path) -> None:
@@ -140,3 +144,18 @@ def test_report_takes_the_roles_from_suite_json(run_cli, tmp_path) -> None:
     suite_file.write_text("[1, 2]")
     result = run_cli("report", str(root))
     assert result.code == 2 and "corrupt suite definition" in result.err
+
+
+def test_report_with_a_logit_runaway_rule(run_cli, tmp_path) -> None:
+    spec = importlib.util.spec_from_file_location(
+        "failure_fixtures", Path(__file__).parents[1] / "experiments" / "test_failure.py"
+    )
+    failure = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(failure)  # type: ignore[union-attr]
+    root = failure.make_store(tmp_path, 30)
+    args = ("--failure", "logit-runaway", "--logit-limit", "100", "--failure-layer", "1")
+    result = run_cli("report", str(root), *args)
+    assert result.code == 0, result.err
+    assert "failed (ranking): the max attention logit of layer 1 went above 100" in result.out
+    plain = run_cli("report", str(root))
+    assert plain.code == 0 and "failed (ranking)" not in plain.out

@@ -27,6 +27,10 @@ class FakeCell:
     branch_from: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def path(self) -> str:  # what a store's cell is known by
+        return f"{self.variant}/seed{self.seed}"
+
 
 def config(**spec: Any) -> dict[str, Any]:
     full = make_spec({"preset": "fa2", **spec}).to_dict()
@@ -87,7 +91,7 @@ def test_planted_cause_first_and_zero_effect_last() -> None:
     add = by["safe+delta-lowp"]
     assert add["design"] == "add" and add["component"] == "delta_source=o_lowp"
     assert add["mechanism_share"] == pytest.approx(0.9)
-    assert "more divergences" in add["verdict"]  # 3/4 vs 0/4: p = 0.14, not significant
+    assert "more divergence, not significant" in add["verdict"]  # 3/4 vs 0/4: p = 0.14
     assert by["baseline"]["rate_lo"] == pytest.approx(wilson_interval(4, 4)[0])
 
 

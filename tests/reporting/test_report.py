@@ -54,3 +54,32 @@ def test_partial_store_says_what_is_missing(tmp_path) -> None:
     by = {r["variant"]: r for r in report.ranking}
     assert by["block-m"]["seeds"] == 1 and by["block-m"]["unfinished"] == 1
     assert "Missing" in render_reports([report], "table")
+
+
+_failure_spec = importlib.util.spec_from_file_location(
+    "failure_fixtures", Path(__file__).parents[1] / "experiments" / "test_failure.py"
+)
+failure_fixtures = importlib.util.module_from_spec(_failure_spec)  # type: ignore[arg-type]
+_failure_spec.loader.exec_module(failure_fixtures)  # type: ignore[union-attr]
+
+
+def test_ranking_counts_the_suites_failure_rule(tmp_path: Path) -> None:
+    root = failure_fixtures.make_store(tmp_path, 30)
+    (plain,) = build_reports(root)  # no suite.json: divergence, and nothing diverged
+    assert {r["variant"]: r["failed"] for r in plain.ranking} == dict.fromkeys(
+        ("paper-code", "fa2", "acc-fp32"), 0
+    )
+    suite = {**failure_fixtures.SUITE, "failure": {"event": "logit-runaway", "logit_limit": 100}}
+    (root / "runaway" / "suite.json").write_text(json.dumps(suite))
+    (report,) = build_reports(root)
+    by = {r["variant"]: r for r in report.ranking}
+    assert report.roles.baseline == "paper-code"
+    assert (by["paper-code"]["failed"], by["fa2"]["failed"]) == (1, 1)
+    assert by["acc-fp32"]["seeds"] == 0 and by["acc-fp32"]["unfinished"] == 1
+    assert report.notes[0].startswith("failed (ranking): the max attention logit")
+    assert "logit runaway" in by["fa2"]["verdict"]
+    text = render_reports([report], "table")
+    assert "steps to fail" in text and "1/1" in text
+    # the command line's rule wins over the suite's
+    (again,) = build_reports(root, failure=failure_fixtures.FailureRule())
+    assert {r["variant"]: r["failed"] for r in again.ranking}["paper-code"] == 0

@@ -1,0 +1,137 @@
+"""Failure rules: divergence and logit runaway, on records and on a store with a branched cell."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flashprobe.errors import FlashprobeError
+from flashprobe.experiments import store_reader as sr
+from flashprobe.experiments.cell_config import normalise_cell_config
+from flashprobe.experiments.failure import FailureRule, failure_steps
+from flashprobe.experiments.ranking import outcomes
+from flashprobe.experiments.store import ResultStore
+from flashprobe.experiments.suite import cell_key, expand_suite
+
+RUNAWAY = FailureRule("logit-runaway", logit_limit=100.0)
+
+
+def stats(step: int, **layers: list[float | None]) -> dict[str, Any]:
+    """A metrics record with per-layer, per-head max logits (layer names 'l0' → '0')."""
+    return {"step": step, "attention": {k[1:]: {"max_logit": v} for k, v in layers.items()}}
+
+
+def test_divergence_rule_reads_the_summary_only() -> None:
+    rule = FailureRule()
+    records = [stats(5, l0=[1e9])]
+    assert rule.step({"diverged": True, "diverged_step": 40}, records) == 40
+    assert rule.step({"diverged": False, "diverged_step": None}, records) is None
+    assert rule.step(None, records) is None
+
+
+def test_runaway_is_the_first_sample_over_the_limit_or_not_finite() -> None:
+    records = [stats(10, l0=[5.0, 99.0]), stats(20, l0=[5.0], l1=[101.0]), stats(30, l0=[1e4])]
+    assert RUNAWAY.step(None, records) == 20
+    assert RUNAWAY.step(None, records[:1]) is None
+    assert RUNAWAY.step(None, [stats(7, l0=[None])]) == 7  # the recorder writes NaN as None
+    assert RUNAWAY.step(None, [stats(8, l0=[math.inf])]) == 8
+    only_0 = FailureRule("logit-runaway", logit_limit=100.0, layers=(0,))
+    assert only_0.step(None, records) == 30
+    # a divergence before the runaway is the failure; after it, the runaway is
+    assert RUNAWAY.step({"diverged": True, "diverged_step": 15}, records) == 15
+    assert RUNAWAY.step({"diverged": True, "diverged_step": 25}, records) == 20
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"event": "loss-spike"}, "failure.event must be one of"),
+        ({"event": "logit-runaway", "logit_limit": 0}, "failure.logit_limit must be > 0"),
+        ({"event": "logit-runaway", "logit_limit": "big"}, "bad failure section"),
+        ({"event": "logit-runaway", "layers": [-1]}, "failure.layers must be"),
+        ({"limit": 3}, "unknown failure key 'limit'"),
+        ("runaway", "failure must be a mapping"),
+    ],
+)
+def test_bad_sections_are_one_line_errors(section: Any, message: str) -> None:
+    with pytest.raises(FlashprobeError, match=message):
+        FailureRule.from_suite(section)
+
+
+def test_section_defaults() -> None:
+    assert FailureRule.from_suite(None) == FailureRule()
+    rule = FailureRule.from_suite({"event": "logit-runaway", "layers": 1})
+    assert rule == FailureRule("logit-runaway", 1000.0, (1,))
+    assert "layer 1" in rule.describe() and rule.noun == "logit runaway"
+
+
+SUITE = {
+    "name": "runaway",
+    "seeds": [0],
+    "base": {
+        "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32},
+        "train": {"steps": 40, "batch_size": 2, "device": "cpu", "checkpoint_every": 20},
+        "kernel": {"preset": "paper-code"},
+    },
+    "variants": {
+        "paper-code": {},
+        "fa2": {"kernel": {"preset": "fa2"}},
+        "acc-fp32": {"kernel": {"accumulator": "fp32"}},
+    },
+    "branch": {"from": "paper-code", "step": 20},
+}
+
+
+def make_store(root: Path, source_runaway: int) -> Path:
+    """paper-code runs away at `source_runaway`; fa2 (branched at 20) at 30 in its own steps;
+    acc-fp32 (branched at 20) never, and is cut off at step 30 without a summary."""
+    store = ResultStore(root)
+    cells = expand_suite(SUITE, validate=normalise_cell_config).cells
+    source = next(c for c in cells if c.variant == "paper-code")
+    logits = {"paper-code": {source_runaway: 500.0}, "fa2": {30: 500.0}, "acc-fp32": {}}
+    for cell in cells:
+        extra = {"source_key": cell_key(source, "test")} if cell.branch_from else {}
+        path = store.open_cell(cell, "test", {"device": "cpu"}, extra)
+        (path / "run").mkdir()
+        start = 0 if cell.branch_from is None else 20
+        last = 30 if cell.variant == "acc-fp32" else 40
+        rows = [stats(s, l1=[logits[cell.variant].get(s, 50.0)]) for s in range(start, last, 10)]
+        (path / "run" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        if cell.variant != "acc-fp32":
+            store.finish(path, {"diverged": False, "diverged_step": None, "steps_done": 40})
+    return root
+
+
+def by_variant(cells: list[sr.CellView], rule: FailureRule) -> dict[str, int | None]:
+    steps = failure_steps(cells, rule)
+    return {c.variant: steps[c.path] for c in cells}
+
+
+@pytest.mark.parametrize(
+    ("source_runaway", "expected"),
+    [
+        (10, {"paper-code": 10, "fa2": 10, "acc-fp32": 10}),  # before the branch: inherited
+        (30, {"paper-code": 30, "fa2": 30, "acc-fp32": None}),  # after it: the source's own
+    ],
+)
+def test_a_branched_cell_inherits_its_source_steps(
+    tmp_path: Path, source_runaway: int, expected: dict[str, int | None]
+) -> None:
+    cells = sr.read_cells(make_store(tmp_path, source_runaway))
+    assert by_variant(cells, RUNAWAY) == expected
+    assert set(by_variant(cells, FailureRule()).values()) == {None}
+
+
+def test_outcomes_count_failed_unfinished_cells_but_not_open_ones(tmp_path: Path) -> None:
+    cells = sr.read_cells(make_store(tmp_path, 30))
+    result = outcomes(cells, failure_steps(cells, RUNAWAY))
+    assert (result["paper-code"].seeds, result["paper-code"].failed) == (1, 1)
+    assert result["paper-code"].steps == (30,)
+    assert (result["acc-fp32"].seeds, result["acc-fp32"].unfinished) == (0, 1)  # no outcome
+    cut_after_failing = {c.path: (25 if c.variant == "acc-fp32" else None) for c in cells}
+    counted = outcomes(cells, cut_after_failing)["acc-fp32"]
+    assert (counted.seeds, counted.failed, counted.unfinished) == (1, 1, 0)
