@@ -1,10 +1,14 @@
 """README's Muon lr 1.4e-2 three-seed table and figure, from the merged store digest.
 
-    python scripts/plot_runaway.py docs/results/quick-muon-1.4e-2-3seed.json OUT.png [--limit 1000]
+    python scripts/plot_runaway.py docs/results/quick-muon-1.4e-2-3seed.json OUT.png \
+        [--limit 1000] [--horizon 3000]
 
 Prints, per variant and seed, the first sampled step at which the layer-1 max attention logit
-exceeds the limit (the runaway), where the loss rule tripped, the last step recorded and the
-median layer-1 key-shift leak over steps ≤ 1000 (before any runaway). The figure has one panel
+exceeds the limit (the runaway), how many seeds failed by the horizon as ablations/quick.yaml's
+rule counts it (a runaway, or a divergence first; 3000 steps; a seed that stopped earlier
+without failing has no outcome), where the
+loss rule tripped, the last step recorded and the median layer-1 key-shift leak over steps
+≤ 1000 (before any runaway). The figure has one panel
 per variant: the layer-1 max logit of each seed against the step, log scale.
 """
 
@@ -43,6 +47,7 @@ def main() -> None:
     parser.add_argument("digest", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--limit", type=float, default=1000.0)
+    parser.add_argument("--horizon", type=int, default=3000)
     args = parser.parse_args()
     cells = json.loads(args.digest.read_text())
     by_variant: dict[str, list[dict]] = {}
@@ -50,8 +55,11 @@ def main() -> None:
         by_variant.setdefault(cell["meta"]["variant"], []).append(cell)
     variants = [v for v in ORDER if v in by_variant] + sorted(set(by_variant) - set(ORDER))
 
-    print("| variant | runaway step (s0 / s1 / s2) | loss rule tripped | last step | leak ≤ 1000 |")
-    print("|---|---|---|---|---|")
+    print(
+        f"| variant | runaway step (s0 / s1 / s2) | by step {args.horizon} | loss rule tripped "
+        "| last step | leak ≤ 1000 |"
+    )
+    print("|---|---|---|---|---|---|")
     for variant in variants:
         mine = sorted(by_variant[variant], key=lambda c: c["meta"]["seed"])
         runaway = [runaway_step(c, args.limit) for c in mine]
@@ -62,11 +70,19 @@ def main() -> None:
             if summary.get("diverged")
         ]
         last = [c["loss"][-1][0] if c["loss"] else 0 for c in mine]
+        # as the suite's failure rule counts it: a runaway, or a divergence before one
+        ends = [(c["summary"] or {}).get("diverged_step") for c in mine]
+        fails = [min((x for x in (s, e) if x is not None), default=None)
+                 for s, e in zip(runaway, ends, strict=True)]  # fmt: skip
+        early = [s is not None and s <= args.horizon for s in fails]
+        known = [e or (c["loss"] and c["loss"][-1][0] >= args.horizon - 1)
+                 for e, c in zip(early, mine, strict=True)]  # fmt: skip
         leaks = [x for c in mine for s, x in layer_series(c, 3) if s <= 1000]
         leak = f"{statistics.median(leaks):.4f}" if leaks else "—"
         print(
             f"| {variant} | {' / '.join(str(s) if s else 'none' for s in runaway)} "
             f"({sum(s is not None for s in runaway)} of {len(mine)}) | "
+            f"{sum(early)} of {sum(bool(k) for k in known)} | "
             f"{', '.join(tripped) or 'none'} | {' / '.join(map(str, last))} | {leak} |"
         )
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one-GPU search behind ablations/quick.yaml: several small suites (quick.yaml, or SUITE, with
+# The one-GPU search behind ablations/quick*.yaml: several small suites (quick.yaml, or SUITE, with
 # other settings, one seed, a subset of its variants) run as concurrent processes on one GPU, each
 # into its own store, each cut off after LIMIT seconds; then a digest per store and the logs in
 # one archive (a device call brings back few files: more than 6 probes put their digests in

@@ -106,6 +106,20 @@ def test_gpt2_suite_needs_its_data_and_a_gpu(tmp_path, run_cli) -> None:
     assert "paper-code@4000" in plan.out and not Path(store).exists()
 
 
+@pytest.mark.parametrize("name", ["quick", "quick-adamw", "quick-muon", "gpu-smoke"])
+def test_one_gpu_suites_plan_on_cpu(tmp_path, run_cli, name: str) -> None:
+    """The shipped CUDA suites are valid (sections, failure rule, replay roles) and refuse a CPU
+    machine; planned with CPU overrides they list every variant and write nothing."""
+    suite, store = str(ROOT / "ablations" / f"{name}.yaml"), tmp_path / "store"
+    one_line_error(run_cli("ablate", "-c", suite, "--store", str(store)), "CUDA")
+    cpu = ("--set", "train.device=cpu", "--set", "model.attention.backend=emulator",
+           "--set", "replay.backend=emulator")  # fmt: skip
+    plan = run_cli("ablate", "-c", suite, "--store", str(store), *cpu, "--dry-run")
+    assert plan.code == 0, plan.err
+    assert "paper-code" in plan.out or "fa2" in plan.out
+    assert not store.exists()
+
+
 def test_interrupted_cells_need_resume_or_restart(tmp_path, run_cli) -> None:
     config, store = write(tmp_path, TINY), tmp_path / "store"
     first = run_cli("ablate", "-c", config, "--store", str(store), "--format", "json")
