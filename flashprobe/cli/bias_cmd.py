@@ -20,6 +20,8 @@ COLUMNS = [
     "excess_t_stat",
     "p_bar_ones_per_row",
     "tie_events_per_row",
+    "rowsum_mean",
+    "rowsum_t",
     "verdict",
 ]
 HEADERS = {
@@ -34,6 +36,8 @@ HEADERS = {
     "excess_t_stat": "t excess",
     "p_bar_ones_per_row": "P̄=1/row",
     "tie_events_per_row": "tie ev/row",
+    "rowsum_mean": "ΣP−1",
+    "rowsum_t": "t ΣP",
 }
 CSV_COLUMNS = [
     "name",
@@ -54,6 +58,8 @@ CSV_COLUMNS = [
     "excess_t_stat",
     "p_bar_ones_per_row",
     "tie_events_per_row",
+    "rowsum_mean",
+    "rowsum_t",
     "verdict",
 ]
 

@@ -22,6 +22,14 @@ tail-distributed V: a row sees `keys − (group − 1)·ties` keys.
 The pseudo-variant `exact` is the fp64 O rounded once to bf16: the best any kernel that stores O
 in bf16 can do. Every variant's error is also reported against it (`excess`), which separates
 what the kernel adds from what storing the true answer in bf16 costs anyway.
+
+A second bias, in the normalisation: the backward recomputes P = exp(x − lse) from the kernel's
+own scores x and the forward's lse = m + log ℓ, so ΣP − 1 = ℓ_exact/ℓ − 1 per row. A bf16
+running ℓ is a sum of positive terms in which a tile's tail share below half an ulp of ℓ is
+dropped, always the same way: on peaked rows ℓ comes out low and the recomputed softmax sums to
+more than 1. The backward's score gradient then has a component along "raise every score of the
+row" (Σ_j dS_ij = −(ΣP − 1)·δ_i), which the loss cannot see and which lands in Σ_j dK_j (the
+key-shift leak). `rowsum_mean` / `rowsum_t` measure it per variant.
 """
 
 from __future__ import annotations
@@ -45,6 +53,8 @@ ROWS_PER_BLOCK = 8
 TIE_GROUP = 16
 #: |t| at or above this counts as a significant one-sided error in the verdict column.
 T_SIGNIFICANT = 5.0
+#: |ΣP − 1| below this is fp32 arithmetic, not a normalisation bias worth a note.
+ROWSUM_FLOOR = 1e-6
 #: Guard against allocating more than this many V elements (fp32) at once.
 MAX_ELEMENTS = 1 << 28
 TIE_PLACEMENTS = ("tile", "anywhere")
@@ -132,6 +142,8 @@ class VariantResult:
     p_bar_ones_per_row: float | None
     tie_events_per_row: float | None
     verdict: str
+    rowsum_mean: float | None = None  # mean over rows of ΣP − 1 (P recomputed from lse)
+    rowsum_t: float | None = None  # t over rows
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -413,10 +425,12 @@ def _measure(
     mean, row_std, t = _t_stat(err)
     excess_mean, _, excess_t = _t_stat(excess)
     sign = 0.0 if v_mean == 0 else math.copysign(1.0, v_mean)
-    ones = events = None
+    ones = events = rowsum_mean = rowsum_t = None
     if out is not None:
         ones = float(out.stats.p_bar_ones.reshape(-1)[:rows].to(torch.float64).mean())
         events = float(out.stats.tie_events.reshape(-1)[:rows].to(torch.float64).mean())
+        rowsum = recomputed_rowsum_error(data.s, out.lse, var.spec).reshape(-1, 1)[:rows].cpu()
+        rowsum_mean, _, rowsum_t = _t_stat(rowsum)
     return VariantResult(
         name=var.name,
         spec=var.spec,
@@ -437,7 +451,19 @@ def _measure(
         p_bar_ones_per_row=ones,
         tie_events_per_row=events,
         verdict=_verdict(t, mean, sign),
+        rowsum_mean=rowsum_mean,
+        rowsum_t=rowsum_t,
     )
+
+
+def recomputed_rowsum_error(s: torch.Tensor, lse: torch.Tensor, spec: KernelSpec) -> torch.Tensor:
+    """ΣP − 1 per row for P = exp(x − lse), x the spec's own (scaled, maybe rounded) scores of
+    the unscaled s: what the backward's recomputed softmax sums to, minus 1 (fp64)."""
+    from flashprobe.reference.emulator import LOG2E, log2_scores
+
+    x = log2_scores(s, spec, scale=1.0, low_dtype=torch.bfloat16).double()
+    p = torch.exp2(x - lse.double()[..., None] * LOG2E)
+    return p.sum(dim=-1) - 1.0
 
 
 def _t_stat(err: torch.Tensor) -> tuple[float, float, float]:
@@ -507,6 +533,17 @@ def make_notes(results: Sequence[VariantResult], c: BiasConfig) -> list[str]:
             f"{pc.excess_mean:+.2e} (t {pc.excess_t_stat:+.1f}); fp32 accumulator, acc/ℓ "
             f"rounded once (fa2): {short(fa)}, excess {fa.excess_mean:+.2e} "
             f"(t {fa.excess_t_stat:+.1f})"
+        )
+    normalised = [
+        r
+        for r in results
+        if r.rowsum_t is not None and sig(r.rowsum_t) and abs(r.rowsum_mean) >= ROWSUM_FLOOR
+    ]
+    if normalised:
+        notes.append(
+            f"the backward's recomputed softmax sums to 1 + a one-sided bias (ΣP − 1 from the "
+            f"forward's lse; |mean| ≥ {ROWSUM_FLOOR:g}) in: "
+            + "; ".join(f"{r.name} {r.rowsum_mean:+.2e} (t {r.rowsum_t:+.1f})" for r in normalised)
         )
     default_rows = (c.ties, c.v_mean, c.v_mean if c.tail_v_mean is None else c.tail_v_mean)
     controls: dict[str, list[VariantResult]] = {}

@@ -64,6 +64,28 @@ def test_without_a_tail_there_are_no_sticky_bits_and_no_bias() -> None:
     assert abs(r["paper-code"].t_stat) < 4
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_bf16_running_l_drops_the_tail_so_the_recomputed_softmax_sums_above_one(
+    seed: int,
+) -> None:
+    # P̄ of the max is exactly 1, so ℓ = 1 + tail sits on the bf16 grid plus a tail below half
+    # an ulp: rounding always drops it. Needs P̄ = 1, not a tie; fp32 ℓ and the β shift do not.
+    acc = "paper-code:accumulator=fp32"
+    r = _run(seed, ("paper-code", "paper-code:ties=1", acc, "fa2", "paper-sfa", "exact"))
+    for name in ("paper-code", "paper-code:ties=1"):
+        assert r[name].rowsum_t > 50 and r[name].rowsum_mean > 5e-5, r[name]
+    for name in (acc, "fa2"):
+        assert abs(r[name].rowsum_mean) < 1e-6, r[name]
+    assert abs(r["paper-sfa"].rowsum_t) < 5
+    assert r["exact"].rowsum_mean is None
+
+
+def test_rowsum_without_a_tail_is_exact() -> None:
+    # tail 40-50 below the max: nothing to drop, ℓ is exactly the tied count
+    r = _run(0, ("paper-code",), gap=(40.0, 50.0))
+    assert abs(r["paper-code"].rowsum_mean) < 1e-6
+
+
 def test_variant_data_overrides_share_the_random_draws() -> None:
     r = _run(0, ("exact:ties=1", "fa2:ties=1", "exact:tail_v_mean=0", "fa2:tail_v_mean=0"))
     assert r["exact:ties=1"].ties == 1
@@ -110,7 +132,8 @@ def test_forward_is_called_like_a_kernel() -> None:
         p = torch.softmax(s_raw.double(), -1)
         o = (p @ v.double()).float().to(torch.bfloat16)
         z = torch.zeros(s_raw.shape[:-1], dtype=torch.int32)
-        return SimpleNamespace(o=o, stats=AttentionStats(z.float(), z.float(), z, z + 7))
+        lse = torch.logsumexp(s_raw.double(), -1).float()
+        return SimpleNamespace(o=o, lse=lse, stats=AttentionStats(z.float(), z.float(), z, z + 7))
 
     report = run_bias(
         BiasConfig(rows=16, keys=64, head_dim=4, variants=("sfa:beta=4",)), fake_forward
@@ -120,6 +143,7 @@ def test_forward_is_called_like_a_kernel() -> None:
     assert spec == make_spec("sfa", {"beta": 4})
     assert (scale, causal, low) == (1.0, False, torch.bfloat16)
     assert report.variants[0].p_bar_ones_per_row == 7
+    assert abs(report.variants[0].rowsum_mean) < 1e-6  # an exact lse: the softmax sums to 1
 
 
 def test_parse_variant() -> None:
