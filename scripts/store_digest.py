@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -57,7 +58,14 @@ def main() -> None:
                                    default=None)
                         for layer, stats in row["attention"].items()
                     }  # fmt: skip
-                    attention.append([step, per_layer, ties, leaks])
+                    sums = {  # mean ΣP − 1 over heads (absent before this metric)
+                        layer: statistics.fmean(values)
+                        if (values := [x for x in stats.get("softmax_sum_bias") or []
+                                       if x is not None])
+                        else None
+                        for layer, stats in row["attention"].items()
+                    }  # fmt: skip
+                    attention.append([step, per_layer, ties, leaks, sums])
                 if "spectral" in row:  # per layer: largest W_Q spectral norm over heads
                     spectral.append([step, [max(h) for h in row["spectral"]["wq_heads"]]])
         cells.append(

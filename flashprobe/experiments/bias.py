@@ -457,13 +457,12 @@ def _measure(
 
 
 def recomputed_rowsum_error(s: torch.Tensor, lse: torch.Tensor, spec: KernelSpec) -> torch.Tensor:
-    """ΣP − 1 per row for P = exp(x − lse), x the spec's own (scaled, maybe rounded) scores of
-    the unscaled s: what the backward's recomputed softmax sums to, minus 1 (fp64)."""
-    from flashprobe.reference.emulator import LOG2E, log2_scores
+    """ΣP − 1 per row (fp64) of the softmax the backward recomputes from the forward's lse."""
+    from flashprobe.reference.emulator_backward import softmax_sum_error
 
-    x = log2_scores(s, spec, scale=1.0, low_dtype=torch.bfloat16).double()
-    p = torch.exp2(x - lse.double()[..., None] * LOG2E)
-    return p.sum(dim=-1) - 1.0
+    return softmax_sum_error(
+        s.double(), lse.double(), spec, scale=1.0, causal=False, low_dtype=torch.bfloat16
+    )
 
 
 def _t_stat(err: torch.Tensor) -> tuple[float, float, float]:

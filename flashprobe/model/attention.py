@@ -24,6 +24,8 @@ from flashprobe.model.config import AttentionConfig, HeadGroup
 from flashprobe.model.instrument import AttentionRecorder, LayerStats
 
 AttentionFn = Callable[..., Any]
+#: Rows per sequence on which instrumented steps check what the backward's softmax sums to.
+SUM_CHECK_ROWS = 64
 
 
 def flashprobe_attention() -> AttentionFn:
@@ -134,9 +136,33 @@ def _flashprobe(
     if not want_stats:
         return GroupResult(out, None, None)
     o, stats = out
+    sum_error = _softmax_sum_error(q, k, stats.lse, config.spec)
     return GroupResult(
-        o, stats.lse, LayerStats.from_rows(stats.row_max, stats.tie_events, stats.p_bar_ones)
+        o,
+        stats.lse,
+        LayerStats.from_rows(stats.row_max, stats.tie_events, stats.p_bar_ones, sum_error),
     )
+
+
+@torch.no_grad()
+def _softmax_sum_error(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, spec: Any) -> Any:
+    """ΣP − 1 (batch × heads × sampled rows) of the softmax the backward will recompute from
+    this forward's lse, on SUM_CHECK_ROWS evenly spaced rows ending with the last: the scores
+    again in IEEE fp32 (one extra q·kᵀ on those rows), rounded as the spec rounds them."""
+    from flashprobe.numerics.rounding import low_dtype_for
+    from flashprobe.reference.emulator import default_scale, ieee_fp32_matmul
+    from flashprobe.reference.emulator_backward import softmax_sum_error
+
+    n = q.shape[-2]
+    rows = torch.arange(n - 1, -1, -max(1, n // SUM_CHECK_ROWS), device=q.device).flip(0)
+    with ieee_fp32_matmul(), torch.autocast(q.device.type, enabled=False):  # no bf16 matmul
+        s = q[:, :, rows].float() @ k.float().transpose(-2, -1)
+    future = torch.arange(n, device=q.device)[None, :] > rows[:, None]
+    s = s.masked_fill(future, float("-inf"))
+    return softmax_sum_error(
+        s, lse[:, :, rows].float(), spec, scale=default_scale(q.shape[-1]), causal=False,
+        low_dtype=low_dtype_for(q.dtype),
+    )  # fmt: skip
 
 
 def _math_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -24,12 +24,19 @@ class LayerStats:
     max_logit: largest scaled attention score seen (natural units).
     tie_events: number of (row, key tile) pairs with a tied maximum (flashprobe kernels only).
     p_bar_ones: number of P̄ entries exactly 1 (flashprobe kernels only).
+    sum_error, sum_rows: Σ of ΣP − 1 over the sampled rows, and their number, for the softmax
+    the backward recomputes from the forward's lse (flashprobe kernels only; the mean is
+    `softmax_sum_bias`: > 0 when a bf16 running ℓ drops the tails, see experiments.bias).
     NaN marks a quantity the head's attention implementation does not measure.
     """
 
     max_logit: torch.Tensor
     tie_events: torch.Tensor
     p_bar_ones: torch.Tensor
+    sum_error: torch.Tensor
+    sum_rows: torch.Tensor
+
+    FIELDS = ("max_logit", "tie_events", "p_bar_ones", "sum_error", "sum_rows")
 
     @classmethod
     def from_rows(
@@ -37,8 +44,10 @@ class LayerStats:
         row_max: torch.Tensor,
         tie_events: torch.Tensor | None,
         p_bar_ones: torch.Tensor | None,
+        sum_error: torch.Tensor | None = None,
     ) -> LayerStats:
-        """Reduce batch × heads × rows tensors to one value per head."""
+        """Reduce batch × heads × rows tensors to one value per head (sum_error: batch × heads ×
+        sampled rows)."""
         heads = row_max.shape[1]
         nan = torch.full((heads,), float("nan"), dtype=torch.float64)
 
@@ -46,7 +55,8 @@ class LayerStats:
             return nan if t is None else t.detach().double().sum(dim=(0, 2)).cpu()
 
         max_logit = row_max.detach().double().amax(dim=(0, 2)).cpu()
-        return cls(max_logit, total(tie_events), total(p_bar_ones))
+        rows = nan if sum_error is None else torch.full_like(nan, sum_error[:, 0].numel())
+        return cls(max_logit, total(tie_events), total(p_bar_ones), total(sum_error), rows)
 
     @classmethod
     def concat(cls, parts: list[LayerStats], unsplit: torch.Tensor) -> LayerStats:
@@ -57,15 +67,14 @@ class LayerStats:
         return cls(
             *(
                 torch.cat([getattr(p, name) for p in parts]).index_select(0, index)
-                for name in ("max_logit", "tie_events", "p_bar_ones")
+                for name in cls.FIELDS
             )
         )
 
     def merge(self, other: LayerStats) -> LayerStats:
         return LayerStats(
             torch.maximum(self.max_logit, other.max_logit),
-            self.tie_events + other.tie_events,
-            self.p_bar_ones + other.p_bar_ones,
+            *(getattr(self, n) + getattr(other, n) for n in self.FIELDS[1:]),
         )
 
     def to_dict(self) -> dict[str, list[float | None]]:
@@ -74,6 +83,7 @@ class LayerStats:
             "max_logit": _clean(self.max_logit),
             "tie_events": _clean(self.tie_events),
             "p_bar_ones": _clean(self.p_bar_ones),
+            "softmax_sum_bias": _clean(self.sum_error / self.sum_rows),
         }
 
 

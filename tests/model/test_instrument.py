@@ -62,6 +62,39 @@ def test_flashprobe_stats_count_ties_and_ones_per_head() -> None:
     assert all(v is not None and v >= 2 * 32 for v in layer1["p_bar_ones"][1:])  # ≥ 1 per row
 
 
+def test_softmax_sum_bias_is_one_sided_for_a_bf16_running_l_only() -> None:
+    """Peaked rows (each query's own key dominates): with P̄ = 1 at the max, a bf16 ℓ drops the
+    tail, so the backward's softmax sums above 1; an fp32 ℓ leaves only fp32 rounding."""
+    from flashprobe.api import attention
+    from flashprobe.model.attention import _softmax_sum_error
+
+    g = torch.Generator().manual_seed(0)
+    shape = (8, 4, 128, 16)
+    q = torch.randn(shape, generator=g)
+    k = 6 * q + 0.5 * torch.randn(shape, generator=g)
+    q, k, v = q.bfloat16(), k.bfloat16(), torch.randn(shape, generator=g).bfloat16()
+    t, mean = {}, {}
+    for preset in ("paper-code", "fa2"):
+        _, stats = attention(q, k, v, causal=True, spec=preset, backend="emulator",
+                             return_stats=True)  # fmt: skip
+        err = _softmax_sum_error(q, k, stats.lse, preset).double()
+        assert err.shape == (8, 4, 64)
+        mean[preset] = err.mean().item()
+        t[preset] = mean[preset] / (err.std().item() / err.numel() ** 0.5)
+    assert t["paper-code"] > 4 and mean["paper-code"] > 5e-5, (t, mean)
+    assert abs(mean["fa2"]) < 1e-6, mean
+
+
+def test_flashprobe_stats_record_the_softmax_sum_bias_per_head() -> None:
+    model = tiny(layers={1: {"heads": {0: {"impl": "sdpa"}}}})
+    with torch.autocast("cpu", dtype=torch.bfloat16), model.instrument() as record:
+        model(torch.randint(0, 256, (2, 32)))
+    layer1 = record.stats_dict()["1"]["softmax_sum_bias"]
+    assert layer1[0] is None  # sdpa head: its backward recomputes nothing from an lse
+    # fa2's fp32 ℓ: fp32 rounding only (under autocast the check's own q·kᵀ must stay fp32)
+    assert all(v is not None and abs(v) < 1e-5 for v in layer1[1:]), layer1
+
+
 def test_capture_layer_out_of_range() -> None:
     with pytest.raises(FlashprobeError, match="capture layer 2 out of range"):
         with tiny().instrument(capture_layers=[2]):
