@@ -57,6 +57,10 @@ FIELD_DOCS: dict[str, str] = {
     "accumulator": "Running O and ℓ between key tiles: fp32 (FlashAttention-2/3, Triton "
     "tutorial) or bf16 (the paper's released PyTorch code, which also rounds each tile's P̄V "
     "product to bf16).",
+    "l_accumulator": "The running ℓ alone, when it should differ from `accumulator` (null: "
+    "as `accumulator`): an ablation that tells the running O from the running ℓ. A bf16 ℓ drops "
+    "the tail of rows whose max has P̄ = 1, so the softmax the backward recomputes sums to more "
+    "than 1 (`flashprobe bias`, column ΣP−1).",
     "l_from_rounded_p": "Sum ℓ from the rounded P̄ used in P̄V (consistent numerator and "
     "denominator) instead of the unrounded fp32 P̄ (the tutorial and FA2; FA PR #2721).",
     "delta_source": "Backward δ: o_lowp = rowsum(dO∘O) from the stored 16-bit O (FA2/FA3, "
@@ -81,6 +85,7 @@ class KernelSpec:
     tie_tolerance: float = 1e-3
     p_bar_precision: Precision = "bf16"
     accumulator: Precision = "fp32"
+    l_accumulator: Precision | None = None
     l_from_rounded_p: bool = False
     delta_source: DeltaSource = "o_lowp"
     delta_precision: Precision = "fp32"
@@ -97,6 +102,11 @@ class KernelSpec:
     @property
     def stabilized(self) -> bool:
         return self.softmax == "stabilized"
+
+    @property
+    def l_precision(self) -> Precision:
+        """The running ℓ's precision: l_accumulator, or the accumulator's when unset."""
+        return self.l_accumulator or self.accumulator
 
     def replace(self, **overrides: Any) -> KernelSpec:
         """A new spec with some fields changed (validated, values parsed as in YAML)."""
@@ -119,7 +129,7 @@ class KernelSpec:
         changes = self.diff(base_spec)
         if not changes:
             return base_name
-        return base_name + "+" + ",".join(f"{k}={_fmt(v)}" for k, v in changes.items())
+        return base_name + "+" + ",".join(f"{k}={_fmt(v, k)}" for k, v in changes.items())
 
     def diff(self, other: KernelSpec) -> dict[str, Any]:
         """Fields whose value differs from `other` (this spec's values)."""
@@ -256,6 +266,11 @@ def _validate(spec: KernelSpec) -> None:
             raise FlashprobeError(
                 f"{name} must be one of {', '.join(choices)}, got {getattr(spec, name)!r}"
             )
+    if spec.l_accumulator not in (None, *get_args(Precision)):
+        raise FlashprobeError(
+            f"l_accumulator must be null or one of {', '.join(get_args(Precision))}, "
+            f"got {spec.l_accumulator!r}"
+        )
     if isinstance(spec.beta, bool) or not isinstance(spec.beta, int | float):
         raise FlashprobeError(f"beta must be a number, got {spec.beta!r}")
     if not (math.isfinite(spec.beta) and spec.beta > 1.0):
@@ -276,9 +291,9 @@ def _validate(spec: KernelSpec) -> None:
         )
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: Any, key: str = "block_n") -> str:
     if value is None:
-        return "full"
+        return "full" if key in ("block_m", "block_n") else "null"
     if isinstance(value, float):
         return f"{value:g}"
     return str(value).lower() if isinstance(value, bool) else str(value)

@@ -151,6 +151,7 @@ def test_missing_yaml_file(tmp_path) -> None:
         ({"softmax": "sfa"}, "softmax must be one of standard, stabilized, fused_scale"),
         ({"score_precision": "fp16"}, "score_precision must be one of bf16, fp32"),
         ({"accumulator": "fp64"}, "accumulator must be one of"),
+        ({"l_accumulator": "fp16"}, "l_accumulator must be null or one of bf16, fp32"),
         ({"delta_source": "o"}, "delta_source must be one of o_lowp, o_fp32, o_recompute, dp_p"),
         ({"beta": 1.0}, "beta must be a finite number > 1"),
         ({"beta": math.inf}, "beta must be a finite number > 1"),
@@ -205,6 +206,16 @@ def test_frozen_hashable_and_keyed() -> None:
     assert all(len(k) == 12 and int(k, 16) >= 0 for k in keys)
     assert spec.replace(beta=3).key() != spec.key()  # every field counts, even inert ones
     assert spec.to_dict()["block_n"] == 64 and set(spec.to_dict()) == set(FIELD_NAMES)
+
+
+def test_l_accumulator_follows_the_accumulator_unless_set() -> None:
+    paper = PRESETS["paper-code"]
+    assert paper.l_accumulator is None and paper.l_precision == "bf16"
+    assert paper.replace(accumulator="fp32").l_precision == "fp32"  # acc-fp32: O and ℓ
+    split = paper.replace(l_accumulator="fp32")
+    assert (split.accumulator, split.l_precision) == ("bf16", "fp32")
+    assert split.describe() == "paper-code+l_accumulator=fp32"
+    assert split.replace(l_accumulator=None) == paper
 
 
 def test_describe_against_an_explicit_base() -> None:

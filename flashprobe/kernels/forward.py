@@ -111,11 +111,19 @@ def _record_tile(row_max, tie_events, r, tied):
 
 
 @triton.jit
-def _accumulate(acc, l_i, pv, l_tile, alpha, LOW: tl.constexpr, INTERPRET: tl.constexpr):
+def _accumulate(acc, pv, alpha, LOW: tl.constexpr, INTERPRET: tl.constexpr):
     """Semantics step 7 for accumulator bf16 (fp32 accumulators fold alpha into the dot)."""
-    acc = rnd(rnd(acc * alpha[:, None], LOW, INTERPRET) + rnd(pv, LOW, INTERPRET), LOW, INTERPRET)
-    l_i = rnd(l_i * alpha + l_tile, LOW, INTERPRET)
-    return acc, l_i
+    return rnd(rnd(acc * alpha[:, None], LOW, INTERPRET) + rnd(pv, LOW, INTERPRET), LOW, INTERPRET)
+
+
+@triton.jit
+def _running_l(l_i, l_tile, alpha, L_LOW: tl.constexpr, LOW: tl.constexpr,
+               INTERPRET: tl.constexpr):  # fmt: skip
+    """Semantics step 7 for ℓ: one rounding of the update when the running ℓ is low."""
+    l_i = l_i * alpha + l_tile
+    if L_LOW:
+        l_i = rnd(l_i, LOW, INTERPRET)
+    return l_i
 
 
 @triton.jit
@@ -125,8 +133,8 @@ def _fwd_one_pass(
     scale, qk_scale, tie_tol, beta,
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
     SCORE_LOW: tl.constexpr, SOFTMAX: tl.constexpr, P_LOW: tl.constexpr, ACC_LOW: tl.constexpr,
-    L_FROM_ROUNDED: tl.constexpr, INSTRUMENT: tl.constexpr, INTERPRET: tl.constexpr,
-    LOW: tl.constexpr,
+    L_LOW: tl.constexpr, L_FROM_ROUNDED: tl.constexpr, INSTRUMENT: tl.constexpr,
+    INTERPRET: tl.constexpr, LOW: tl.constexpr,
 ):  # fmt: skip
     """Key tiles [start_n, end_n), each BLOCK_N wide and one logical tile of the spec."""
     offs_d = tl.arange(0, HEAD_DIM)
@@ -147,10 +155,10 @@ def _fwd_one_pass(
         v = load_rows(v_base, offs_n, offs_d, stride_vn, N, MASKED)
         if ACC_LOW:
             pv = dot_maybe_low(p, v, None, P_LOW, LOW, INTERPRET)
-            acc, l_i = _accumulate(acc, l_i, pv, l_tile, alpha, LOW, INTERPRET)
+            acc = _accumulate(acc, pv, alpha, LOW, INTERPRET)
         else:
             acc = dot_maybe_low(p, v, acc * alpha[:, None], P_LOW, LOW, INTERPRET)
-            l_i = l_i * alpha + l_tile
+        l_i = _running_l(l_i, l_tile, alpha, L_LOW, LOW, INTERPRET)
         m_i = m_new
         if INSTRUMENT:
             row_max, tie_events = _record_tile(row_max, tie_events, r, tied)
@@ -165,8 +173,8 @@ def _fwd_two_pass(
     scale, qk_scale, tie_tol, beta,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
     SCORE_LOW: tl.constexpr, SOFTMAX: tl.constexpr, P_LOW: tl.constexpr, ACC_LOW: tl.constexpr,
-    L_FROM_ROUNDED: tl.constexpr, INSTRUMENT: tl.constexpr, INTERPRET: tl.constexpr,
-    LOW: tl.constexpr,
+    L_LOW: tl.constexpr, L_FROM_ROUNDED: tl.constexpr, INSTRUMENT: tl.constexpr,
+    INTERPRET: tl.constexpr, LOW: tl.constexpr,
 ):  # fmt: skip
     """Logical key tiles of `tile_n` keys (wider than BLOCK_N), each over BLOCK_N sub-tiles."""
     offs_d = tl.arange(0, HEAD_DIM)
@@ -205,10 +213,10 @@ def _fwd_two_pass(
             if INSTRUMENT:
                 p_ones += tl.sum((p_used == 1.0).to(tl.int32), 1)
         if ACC_LOW:
-            acc, l_i = _accumulate(acc, l_i, pv, l_tile, alpha, LOW, INTERPRET)
+            acc = _accumulate(acc, pv, alpha, LOW, INTERPRET)
         else:
             acc = acc * alpha[:, None] + pv
-            l_i = l_i * alpha + l_tile
+        l_i = _running_l(l_i, l_tile, alpha, L_LOW, LOW, INTERPRET)
         m_i = m_new
         if INSTRUMENT:
             row_max, tie_events = _record_tile(row_max, tie_events, r, tied)
@@ -226,7 +234,7 @@ def attn_fwd_kernel(
     scale, qk_scale, tie_tol, beta,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     TWO_PASS: tl.constexpr, CAUSAL: tl.constexpr, SCORE_LOW: tl.constexpr,
-    SOFTMAX: tl.constexpr, P_LOW: tl.constexpr, ACC_LOW: tl.constexpr,
+    SOFTMAX: tl.constexpr, P_LOW: tl.constexpr, ACC_LOW: tl.constexpr, L_LOW: tl.constexpr,
     L_FROM_ROUNDED: tl.constexpr, STORE_O32: tl.constexpr, INSTRUMENT: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):  # fmt: skip
@@ -268,7 +276,7 @@ def attn_fwd_kernel(
             q, k_base, v_base, stride_kn, stride_vn, offs_m, kv_end, tile_n, N,
             scale, qk_scale, tie_tol, beta,
             HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, SCORE_LOW, SOFTMAX, P_LOW, ACC_LOW,
-            L_FROM_ROUNDED, INSTRUMENT, INTERPRET, LOW,
+            L_LOW, L_FROM_ROUNDED, INSTRUMENT, INTERPRET, LOW,
         )  # fmt: skip
     else:
         # Full key tiles that no row of this query tile masks run without masks.
@@ -282,14 +290,14 @@ def attn_fwd_kernel(
             q, k_base, v_base, stride_kn, stride_vn, offs_m, 0, unmasked_end, N,
             scale, qk_scale, tie_tol, beta,
             HEAD_DIM, BLOCK_N, False, CAUSAL, SCORE_LOW, SOFTMAX, P_LOW, ACC_LOW,
-            L_FROM_ROUNDED, INSTRUMENT, INTERPRET, LOW,
+            L_LOW, L_FROM_ROUNDED, INSTRUMENT, INTERPRET, LOW,
         )  # fmt: skip
         acc, l_i, m_i, row_max, tie_events, p_ones = _fwd_one_pass(
             acc, l_i, m_i, row_max, tie_events, p_ones,
             q, k_base, v_base, stride_kn, stride_vn, offs_m, unmasked_end, kv_end, N,
             scale, qk_scale, tie_tol, beta,
             HEAD_DIM, BLOCK_N, True, CAUSAL, SCORE_LOW, SOFTMAX, P_LOW, ACC_LOW,
-            L_FROM_ROUNDED, INSTRUMENT, INTERPRET, LOW,
+            L_LOW, L_FROM_ROUNDED, INSTRUMENT, INTERPRET, LOW,
         )  # fmt: skip
 
     # Epilogue (semantics step 8): divide in fp32, round once to the output dtype.

@@ -177,7 +177,8 @@ def attention_forward(
         HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
         TWO_PASS=two_pass, CAUSAL=causal, SCORE_LOW=spec.score_precision == "bf16",
         SOFTMAX=_SOFTMAX[spec.softmax], P_LOW=spec.p_bar_precision == "bf16",
-        ACC_LOW=spec.accumulator == "bf16", L_FROM_ROUNDED=spec.l_from_rounded_p,
+        ACC_LOW=spec.accumulator == "bf16", L_LOW=spec.l_precision == "bf16",
+        L_FROM_ROUNDED=spec.l_from_rounded_p,
         STORE_O32=keep_o_fp32, INSTRUMENT=instrument, INTERPRET=interpreting(),
         num_warps=config.num_warps, num_stages=config.num_stages, **_NO_FP_FUSION,
     )  # fmt: skip

@@ -193,14 +193,16 @@ def update(
     bf16 accumulator (the paper's code: `oc.mul_(α).add_(P̄V)` on bf16 buffers): the product,
     the P̄V einsum output and the sum are each rounded.
     """
-    if spec.accumulator == "fp32":
-        return acc * alpha[..., None] + pv, l * alpha + l_tile
 
     def rnd(t: torch.Tensor) -> torch.Tensor:
         return apply_precision(t, "bf16", low_dtype)
 
-    acc = rnd(rnd(acc * alpha[..., None]) + rnd(pv))
-    return acc, rnd(l * alpha + l_tile)
+    if spec.accumulator == "fp32":
+        acc = acc * alpha[..., None] + pv
+    else:
+        acc = rnd(rnd(acc * alpha[..., None]) + rnd(pv))
+    l = l * alpha + l_tile  # noqa: E741
+    return acc, (l if spec.l_precision == "fp32" else rnd(l))
 
 
 def epilogue(

@@ -129,6 +129,7 @@ def random_spec(rng: torch.Generator) -> KernelSpec:
             "beta": pick([2.0, 4.0, 8.0]),
             "p_bar_precision": pick(["bf16", "fp32"]),
             "accumulator": pick(["fp32", "bf16"]),
+            "l_accumulator": pick([None, None, "fp32", "bf16"]),
             "l_from_rounded_p": pick([False, True]),
             "delta_source": pick(["o_lowp", "o_fp32", "o_recompute", "dp_p"]),
             "delta_precision": pick(["fp32", "bf16"]),
@@ -221,6 +222,8 @@ EMULATOR_SPECS = {
     "bn16-bf16scores": make_spec("fa2", {"block_n": 16, "score_precision": "bf16"}),
     "bn128-stab-beta8": make_spec("sfa", {"block_n": 128, "beta": 8.0}),
     "l-rounded-acc16": make_spec("fa2", {"l_from_rounded_p": True, "accumulator": "bf16"}),
+    "paper-code-l32": make_spec("paper-code", {"block_n": 16, "l_accumulator": "fp32"}),
+    "fa2-l16": make_spec("fa2", {"block_n": 16, "l_accumulator": "bf16"}),
     "dp_p-bf16delta": make_spec("fa2", {"delta_source": "dp_p", "delta_precision": "bf16"}),
     "o_recompute-p32": make_spec("fa2", {"delta_source": "o_recompute", "p_bar_precision": "fp32"}),
     "o_fp32-ds32": make_spec("fa2", {"delta_source": "o_fp32", "ds_precision": "fp32"}),
@@ -236,7 +239,7 @@ def test_matches_emulator(device: str, name: str, causal: bool) -> None:
     q, k, v, do = qkv_do(**sz, dtype=torch.bfloat16, device=device, seed=2)
     o, stats, dq, dk, dv = run_kernel(q, k, v, do, spec, causal)
     emu = emulate_forward(q, k, v, spec, causal=causal)
-    acc16 = spec.accumulator == "bf16"
+    acc16 = spec.accumulator == "bf16" or spec.l_precision == "bf16"
     assert_close_to_emulator("o", o, emu.o, MAX_ULPS_BF16_ACC if acc16 else MAX_ULPS)
     # A bf16 score (or ℓ) that rounds the other way moves lse by up to ~2⁻⁸ of that entry's share.
     coarse = acc16 or spec.score_precision == "bf16"

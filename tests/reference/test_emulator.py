@@ -316,6 +316,12 @@ def test_bf16_accumulator_rounds_each_update() -> None:
     assert acc_fp32.tolist() == [[1.0 + 2.0**-8, 1.0 + 2.0**-8 + 2.0**-12]]
     assert l_fp32.item() == pytest.approx(1.001)
     assert acc_bf16.tolist() == [[1.0, 1.0 + 2.0**-7]] and l_bf16.item() == 1.0
+    # l_accumulator splits the two: the paper's O with an fp32 ℓ, and FA2's O with a bf16 ℓ
+    acc_split, l_split = update(acc, l, alpha, pv, l_tile, spec.replace(l_accumulator="fp32"), BF16)
+    assert acc_split.tolist() == acc_bf16.tolist() and l_split.item() == pytest.approx(1.001)
+    fa2_l16 = spec.replace(accumulator="fp32", l_accumulator="bf16")
+    acc_split, l_split = update(acc, l, alpha, pv, l_tile, fa2_l16, BF16)
+    assert acc_split.tolist() == acc_fp32.tolist() and l_split.item() == 1.0
 
 
 def test_delta_sources_beat_the_rounded_output(make_qkv) -> None:
