@@ -23,6 +23,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -74,6 +75,31 @@ def key_shift_leak(dk: torch.Tensor, q: torch.Tensor) -> tuple[float, float]:
     values = KeyGradStats.from_grads(one_head(dk), one_head(q)).to_dict()
     leak, drift = values["key_shift_leak"][0], values["key_shift_drift"][0]
     return (math.nan if leak is None else leak, math.nan if drift is None else drift)
+
+
+def softmax_sum_bias(
+    q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, spec: Any, *, causal: bool, scale: float
+) -> tuple[float, float]:
+    """(mean, t over rows) of ΣP − 1 for one head's softmax as the backward recomputes it from
+    the forward's lse (q, k [..., T, D], lse [..., T]): scores in IEEE fp32, rounded as the spec
+    rounds them. 0 for an exact lse; > 0 where a bf16 running ℓ drops the tails."""
+    from flashprobe.numerics.rounding import low_dtype_for
+    from flashprobe.reference.emulator import ieee_fp32_matmul
+    from flashprobe.reference.emulator_backward import softmax_sum_error
+
+    with ieee_fp32_matmul():
+        s = q.float() @ k.float().transpose(-2, -1)
+    err = (
+        softmax_sum_error(
+            s, lse.float(), spec, scale=scale, causal=causal, low_dtype=low_dtype_for(q.dtype)
+        )
+        .double()
+        .flatten()
+    )
+    mean = float(err.mean())
+    sd = float(err.std()) if err.numel() > 1 else math.nan
+    t = mean / (sd / math.sqrt(err.numel())) if sd > 0 else (0.0 if mean == 0 else math.nan)
+    return mean, t
 
 
 def relative_error(approx: torch.Tensor, exact: torch.Tensor) -> float:

@@ -20,6 +20,8 @@ step, layer and head (error = variant − fp64 golden):
     key_shift_leak/drift ‖Σ_j dK_j‖ / ‖dK‖ (exactly 0 for exact gradients: softmax ignores a
                          common shift of a row's scores) and whether that leak pushes the scores
                          up (> 0) or down (experiments.mechanism.key_shift_leak)
+    softmax_sum_bias/_t  mean (and t over rows) of ΣP − 1 for the softmax the variant's backward
+                         recomputes from its forward's lse (> 0: a bf16 running ℓ drops tails)
 
 and across steps per variant, layer and head: the δ error's running sum and coherence
 |Σ_t s_t| / Σ_t |s_t|, the weight-gradient error's coherence ‖Σ_t E_t‖ / Σ_t ‖E_t‖, its top
@@ -354,6 +356,10 @@ def _replay_layer(
                 rec["key_shift_leak"], rec["key_shift_drift"] = mech.key_shift_leak(
                     run.dk[:, j], q[:, head]
                 )
+                if run.lse is not None:
+                    rec["softmax_sum_bias"], rec["softmax_sum_t"] = mech.softmax_sum_bias(
+                        q[:, head], k[:, head], run.lse[:, j], spec, causal=causal, scale=scale
+                    )
                 if variant == source.variant and captured_o is not None:
                     same = torch.equal(run.o[:, j].cpu(), captured_o[:, head].to(run.o.dtype))
                     rec["matches_capture"] = same
@@ -379,6 +385,7 @@ class KernelRun:
     dv: torch.Tensor
     tie_events: torch.Tensor | None
     p_bar_ones: torch.Tensor | None
+    lse: torch.Tensor | None = None  # the forward's, [B, h, T] fp32
 
 
 def run_kernel(
@@ -403,8 +410,9 @@ def run_kernel(
         o_fp32=fwd.o_fp32,
     )  # fmt: skip
     return KernelRun(
-        fwd.o, bwd.delta, bwd.dq, bwd.dk, bwd.dv, fwd.stats.tie_events, fwd.stats.p_bar_ones
-    )
+        fwd.o, bwd.delta, bwd.dq, bwd.dk, bwd.dv, fwd.stats.tie_events, fwd.stats.p_bar_ones,
+        fwd.lse,
+    )  # fmt: skip
 
 
 def _run_triton(
@@ -431,7 +439,7 @@ def _run_triton(
     stats = fwd.stats
     return KernelRun(
         fwd.o, delta, dq, dk, dv,
-        stats.tie_events if stats else None, stats.p_bar_ones if stats else None,
+        stats.tie_events if stats else None, stats.p_bar_ones if stats else None, fwd.lse,
     )  # fmt: skip
 
 

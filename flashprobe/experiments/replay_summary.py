@@ -9,7 +9,7 @@ from typing import Any
 
 MEAN_METRICS = (
     "dq_rel", "dk_rel", "dv_rel", "wq_rel", "wk_rel", "o_abs", "key_shift_leak",
-    "key_shift_drift",
+    "key_shift_drift", "softmax_sum_bias",
 )  # fmt: skip
 
 
@@ -20,7 +20,7 @@ def summarise(docs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
                  survives summation (a bias), per token; the quantity a ranking removes
     o_bias       the same for the mean O error (O error summed over tokens and D, / D)
     delta_t_max  the (layer, head, step) δ t-statistic largest in magnitude, with its sign
-    *_rel, o_abs, key_shift_*   means over records
+    *_rel, o_abs, key_shift_*, softmax_sum_bias   means over records
     *_coherence, *_similarity, growth_exponent   means over (source, layer, head) series
     counts       per replayed row
     """

@@ -147,7 +147,8 @@ def render_reports(reports: Sequence[SuiteReport], fmt: str, table: str = "ranki
 _RANK_COLS = ["rank", "variant", "design", "component", "failed", "rate", "fisher_p",
               "steps", "delta_bias", "mechanism_share", "score", "verdict"]  # fmt: skip
 _METRIC_COLS = ["variant", "o_bias", "delta_bias", "delta_t_max", "dq_rel", "dk_rel", "dv_rel",
-                "wq_rel", "wk_rel", "key_shift_leak", "key_shift_drift", "wq_coherence",
+                "wq_rel", "wk_rel", "key_shift_leak", "key_shift_drift", "softmax_sum_bias",
+                "wq_coherence",
                 "wq_direction_similarity", "wq_rank1_share", "delta_coherence", "growth_exponent",
                 "tie_events_per_row", "p_bar_ones_per_row"]  # fmt: skip
 _HOT_COLS = ["layer", "head", "delta_mean", "delta_t", "delta_cumsum", "delta_coherence",
@@ -172,7 +173,7 @@ _HEADERS = {
     "delta_t": "t δ", "delta_cumsum": "Σ δ err", "o_mean": "O mean", "steps_done": "steps",
     "diverged_steps": "diverged at", "final_loss": "final loss", "key_shift_leak": "K-shift leak",
     "key_shift_drift": "K-shift drift", "peak_logit": "peak logit",
-    "median_leak": "K-shift leak (median)",
+    "median_leak": "K-shift leak (median)", "softmax_sum_bias": "ΣP−1",
 }  # fmt: skip
 
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from flashprobe.experiments import mechanism as mech
+from flashprobe.spec import make_spec
 
 
 def test_coherence_identical_vs_random() -> None:
@@ -115,3 +116,24 @@ def test_bf16_running_accumulators_leak_more_than_fp32_attention() -> None:
         leaks[name] = mech.key_shift_leak(bwd.dk, q)[0]
     assert leaks["fp32"] < 5e-3  # bf16 rounding of dK only
     assert leaks["paper-code"] > 5 * leaks["fp32"]
+
+
+def test_softmax_sum_bias_is_one_sided_only_with_a_bf16_running_l() -> None:
+    """Peaked rows (each query's own key dominates): a bf16 ℓ drops the tails, so the softmax
+    the backward recomputes sums above 1 (t over rows); fp32 ℓ leaves fp32 rounding only."""
+    from flashprobe.reference.emulator import emulate_forward
+
+    g = torch.Generator().manual_seed(1)
+    shape = (12, 1, 256, 16)
+    q = torch.randn(shape, generator=g)
+    k = (6 * q + 0.5 * torch.randn(shape, generator=g)).bfloat16()
+    q, v = q.bfloat16(), torch.randn(shape, generator=g).bfloat16()
+    out = {}
+    for name in ("paper-code", "paper-code:l32", "fa2"):
+        spec = make_spec("paper-code", {"l_accumulator": "fp32"}) if name.endswith("l32") else name
+        lse = emulate_forward(q, k, v, spec, causal=True, scale=0.25).lse
+        out[name] = mech.softmax_sum_bias(q, k, lse, spec, causal=True, scale=0.25)
+    mean, t = out["paper-code"]
+    assert mean > 5e-5 and t > 4, out
+    for name in ("paper-code:l32", "fa2"):
+        assert abs(out[name][0]) < 1e-6, out

@@ -98,6 +98,8 @@ def test_planted_bias_ranks_first_and_inert_component_last(tmp_path) -> None:
     assert base["delta_coherence"] == pytest.approx(1.0)
     assert base["delta_t_max"] > 20
     assert doc["weight_gradient"].startswith("token-summed")  # no layer1.x in these captures
+    # fp32 running ℓ everywhere: the backward's softmax sums to 1 up to fp32 rounding
+    assert all(abs(s["softmax_sum_bias"]) < 1e-6 for s in summary.values()), summary
 
     table = rank(cells, outcome.roles, summary)
     ranked = [r["variant"] for r in table if r["rank"] is not None]
