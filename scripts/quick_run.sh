@@ -3,10 +3,14 @@
 # model leaves most of an H200 idle), then replay, report, figures and a digest into OUT: what a
 # device call brings back.
 #
-#   OUT=results LIMIT=590 JOBS=7 bash scripts/quick_run.sh [extra ablate arguments, e.g. --variant fp32]
+#   OUT=results JOBS=7 STORE=/tmp/quick bash scripts/quick_run.sh [extra ablate arguments]
+#   OUT=results JOBS=7 STORE=/tmp/quick bash scripts/quick_run.sh --resume   # next call, warm machine
+#
+# LIMIT (training, default 480 s) plus REPLAY_LIMIT (60 s) stay under a 10-minute device call;
+# a cut-off suite continues from its checkpoints with --resume in the same STORE.
 set -u
 OUT=${OUT:?set OUT to a folder for the results}
-LIMIT=${LIMIT:-540}
+LIMIT=${LIMIT:-480}
 STORE=${STORE:-$(mktemp -d /tmp/quick-run.XXXXXX)}  # fresh: a warm machine keeps /tmp
 JOBS=${JOBS:-3}
 SUITE=${SUITE:-ablations/quick.yaml}
@@ -16,7 +20,7 @@ timeout "$LIMIT" python3 -m flashprobe ablate -c "$SUITE" --jobs "$JOBS" --no-re
   --store "$STORE" "$@" >"$OUT/train.log" 2>&1
 echo "ablate exit $?" >>"$OUT/train.log"
 tail -q -n 12 "$STORE/$NAME"/logs/shard-*.log >>"$OUT/train.log" 2>/dev/null
-timeout "${REPLAY_LIMIT:-90}" python3 -m flashprobe replay "$STORE" --suite "$NAME" >"$OUT/replay.log" 2>&1
+timeout "${REPLAY_LIMIT:-60}" python3 -m flashprobe replay "$STORE" --suite "$NAME" >"$OUT/replay.log" 2>&1
 python3 -m flashprobe report "$STORE" --suite "$NAME" --format markdown >"$OUT/report.md" 2>&1
 python3 -m flashprobe report "$STORE" --suite "$NAME" --plot "$OUT/plots" >/dev/null 2>&1
 python3 scripts/store_digest.py "$STORE" "$OUT/$NAME.json"
