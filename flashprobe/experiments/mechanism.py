@@ -83,19 +83,9 @@ def softmax_sum_bias(
     """(mean, t over rows) of ΣP − 1 for one head's softmax as the backward recomputes it from
     the forward's lse (q, k [..., T, D], lse [..., T]): scores in IEEE fp32, rounded as the spec
     rounds them. 0 for an exact lse; > 0 where a bf16 running ℓ drops the tails."""
-    from flashprobe.numerics.rounding import low_dtype_for
-    from flashprobe.reference.emulator import ieee_fp32_matmul
-    from flashprobe.reference.emulator_backward import softmax_sum_error
+    from flashprobe.reference.emulator_backward import softmax_sum_error_qk
 
-    with ieee_fp32_matmul():
-        s = q.float() @ k.float().transpose(-2, -1)
-    err = (
-        softmax_sum_error(
-            s, lse.float(), spec, scale=scale, causal=causal, low_dtype=low_dtype_for(q.dtype)
-        )
-        .double()
-        .flatten()
-    )
+    err = softmax_sum_error_qk(q, k, lse, spec, causal=causal, scale=scale).double().flatten()
     mean = float(err.mean())
     sd = float(err.std()) if err.numel() > 1 else math.nan
     t = mean / (sd / math.sqrt(err.numel())) if sd > 0 else (0.0 if mean == 0 else math.nan)

@@ -144,25 +144,17 @@ def _flashprobe(
     )
 
 
-@torch.no_grad()
 def _softmax_sum_error(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, spec: Any) -> Any:
     """ΣP − 1 (batch × heads × sampled rows) of the softmax the backward will recompute from
-    this forward's lse, on SUM_CHECK_ROWS evenly spaced rows ending with the last: the scores
-    again in IEEE fp32 (one extra q·kᵀ on those rows), rounded as the spec rounds them."""
-    from flashprobe.numerics.rounding import low_dtype_for
-    from flashprobe.reference.emulator import default_scale, ieee_fp32_matmul
-    from flashprobe.reference.emulator_backward import softmax_sum_error
+    this forward's lse, on SUM_CHECK_ROWS evenly spaced rows ending with the last (one extra
+    q·kᵀ on those rows)."""
+    from flashprobe.reference.emulator import default_scale
+    from flashprobe.reference.emulator_backward import softmax_sum_error_qk
 
     n = q.shape[-2]
     rows = torch.arange(n - 1, -1, -max(1, n // SUM_CHECK_ROWS), device=q.device).flip(0)
-    with ieee_fp32_matmul(), torch.autocast(q.device.type, enabled=False):  # no bf16 matmul
-        s = q[:, :, rows].float() @ k.float().transpose(-2, -1)
-    future = torch.arange(n, device=q.device)[None, :] > rows[:, None]
-    s = s.masked_fill(future, float("-inf"))
-    return softmax_sum_error(
-        s, lse[:, :, rows].float(), spec, scale=default_scale(q.shape[-1]), causal=False,
-        low_dtype=low_dtype_for(q.dtype),
-    )  # fmt: skip
+    scale = default_scale(q.shape[-1])
+    return softmax_sum_error_qk(q, k, lse, spec, causal=True, scale=scale, rows=rows)
 
 
 def _math_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -21,6 +21,7 @@ from flashprobe.reference.emulator import (
     as_working,
     default_scale,
     fused_multiply_add,
+    ieee_fp32_matmul,
     log2_scores,
     matmul,
     visible_keys,
@@ -81,6 +82,30 @@ def softmax_sum_error(
     """
     p = recompute_p(s_raw, lse, resolve_spec(spec), scale=scale, causal=causal, low_dtype=low_dtype)
     return p.sum(dim=-1) - 1
+
+
+@torch.no_grad()
+def softmax_sum_error_qk(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    lse: torch.Tensor,
+    spec: KernelSpec | str,
+    *,
+    causal: bool,
+    scale: float,
+    rows: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """`softmax_sum_error` from q [..., M, D], k [..., N, D] and the forward's lse [..., M], on
+    the query rows `rows` (default: all): the scores again as a kernel computes them, q·kᵀ in
+    IEEE fp32 (autocast off), then rounded as the spec rounds them."""
+    rows = torch.arange(q.shape[-2], device=q.device) if rows is None else rows
+    with ieee_fp32_matmul(), torch.autocast(q.device.type, enabled=False):
+        s = q[..., rows, :].float() @ k.float().transpose(-2, -1)
+    if causal:  # top-left aligned: query i sees keys j <= i
+        s = s.masked_fill(torch.arange(k.shape[-2], device=q.device) > rows[:, None], -math.inf)
+    return softmax_sum_error(
+        s, lse[..., rows].float(), spec, scale=scale, causal=False, low_dtype=low_dtype_for(q.dtype)
+    )
 
 
 def delta_rows(
