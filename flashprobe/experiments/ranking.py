@@ -48,9 +48,9 @@ METHOD = (
     "share = 1 − B_variant/B_baseline; add design (one factor in from the all-safe variant): "
     "Δp = p_variant − p_safe, share = (B_variant − B_safe)/(B_baseline − B_safe). p = failed/"
     "counted seeds (finished or failed) with a Wilson 95% interval; Fisher's exact two-sided "
-    "test against the "
-    "reference; B = replayed δ bias (Σ over source cell, layer, head of |δ error summed over "
-    "tokens and steps| per token, δ error vs the fp64 golden on the baseline's captures)."
+    "test against the reference; B = replayed δ bias (Σ over source cell, layer, head of |δ "
+    "error summed over tokens and steps| per token, δ error vs the fp64 golden on the "
+    "baseline's captures)."
 )
 SIGNIFICANT = 0.05
 SAFE_NAMES = ("safe", "all-safe", "all_safe", "fp32")
