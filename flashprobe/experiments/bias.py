@@ -44,6 +44,7 @@ import torch
 
 from flashprobe.errors import FlashprobeError
 from flashprobe.numerics.bits import WorkedExample, round_to_bf16_exact, worked_example
+from flashprobe.reference.emulator_backward import softmax_sum_error
 from flashprobe.spec import FIELD_NAMES, PRESETS, KernelSpec, make_spec, parse_assignments
 
 #: Rows sharing one V in the batch layout (each ties on its own keys).
@@ -429,7 +430,12 @@ def _measure(
     if out is not None:
         ones = float(out.stats.p_bar_ones.reshape(-1)[:rows].to(torch.float64).mean())
         events = float(out.stats.tie_events.reshape(-1)[:rows].to(torch.float64).mean())
-        rowsum = recomputed_rowsum_error(data.s, out.lse, var.spec).reshape(-1, 1)[:rows].cpu()
+        # ΣP − 1 of the softmax the backward recomputes from this forward's lse, in fp64
+        rowsum = softmax_sum_error(
+            data.s.double(), out.lse.double(), var.spec, scale=1.0, causal=False,
+            low_dtype=torch.bfloat16,
+        )  # fmt: skip
+        rowsum = rowsum.reshape(-1, 1)[:rows].cpu()
         rowsum_mean, _, rowsum_t = _t_stat(rowsum)
     return VariantResult(
         name=var.name,
@@ -453,15 +459,6 @@ def _measure(
         verdict=_verdict(t, mean, sign),
         rowsum_mean=rowsum_mean,
         rowsum_t=rowsum_t,
-    )
-
-
-def recomputed_rowsum_error(s: torch.Tensor, lse: torch.Tensor, spec: KernelSpec) -> torch.Tensor:
-    """ΣP − 1 per row (fp64) of the softmax the backward recomputes from the forward's lse."""
-    from flashprobe.reference.emulator_backward import softmax_sum_error
-
-    return softmax_sum_error(
-        s.double(), lse.double(), spec, scale=1.0, causal=False, low_dtype=torch.bfloat16
     )
 
 
