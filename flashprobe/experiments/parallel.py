@@ -128,7 +128,7 @@ def run_shards(
     *,
     say: Callable[[str], None],
     poll_s: float = 0.2,
-    settle_s: float = 2.0,
+    settle_s: float = 10.0,
     grace_s: float = 10.0,
 ) -> list[ShardResult]:
     """Start every shard that has cells to train and wait for all of them; `say` gets one line
@@ -181,12 +181,13 @@ def trained_as_done(outcomes: Sequence[CellOutcome], trained: Iterable[Path]) ->
 
 
 def stop(
-    processes: Sequence[subprocess.Popen[bytes]], *, settle_s: float = 2.0, grace_s: float = 10.0
+    processes: Sequence[subprocess.Popen[bytes]], *, settle_s: float = 10.0, grace_s: float = 10.0
 ) -> None:
     """Stop children like a Ctrl-C stops a run: a terminal's Ctrl-C reaches them too (same
-    process group), so first give them `settle_s` to exit by themselves; then send SIGINT
-    (flashprobe saves nothing half-written and exits 130), then SIGTERM after `grace_s`, then
-    SIGKILL. Another exception meanwhile (a second Ctrl-C) kills them at once."""
+    process group), so first give them `settle_s` to finish their step, checkpoint it and exit
+    130 by themselves; then send SIGINT (a second one stops a child at once, saving nothing
+    half-written), then SIGTERM after `grace_s`, then SIGKILL. Another exception meanwhile (a
+    second Ctrl-C) kills them at once."""
     try:
         _wait(processes, settle_s)
         for process in processes:

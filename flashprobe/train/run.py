@@ -48,6 +48,7 @@ from flashprobe.train.config import TrainConfig
 from flashprobe.train.distributed import Distributed, setup_distributed
 from flashprobe.train.divergence import Divergence, DivergenceMonitor
 from flashprobe.train.evaluate import validation_loss
+from flashprobe.train.interrupt import DeferredInterrupt
 from flashprobe.train.metrics import JsonlLog, qk_spectral_norms, truncate_jsonl
 from flashprobe.train.optim import build_optimizer
 from flashprobe.train.precision import autocast_context
@@ -258,24 +259,29 @@ class _Run:
         wall_start = time.perf_counter() - self.state.wall_time_s
         stopped = cfg.divergence.stop and self.monitor.first is not None
         try:
-            while self.state.step < cfg.train.steps and not stopped:
-                step = self.state.step
-                record, divergence = self._train_step(step, data_log)
-                self.state.step = step + 1
-                self._periodic_metrics(step, record)
-                self.state.wall_time_s = time.perf_counter() - wall_start
-                if metrics_log is not None and (
-                    _every(cfg.metrics.log_every, step) or not EVERY_STEP_KEYS.issuperset(record)
-                ):
-                    metrics_log.write(record)
-                if self.progress is not None and self.dist.is_main:
-                    self.progress(record)
-                stopped = divergence is not None and cfg.divergence.stop
-                last = self.state.step == cfg.train.steps or stopped
-                if _every(cfg.train.checkpoint_every, step) or (
-                    last and cfg.train.checkpoint_final
-                ):
-                    self._checkpoint()
+            with DeferredInterrupt(enabled=self.dist.world_size == 1) as interrupt:
+                while self.state.step < cfg.train.steps and not stopped:
+                    step = self.state.step
+                    record, divergence = self._train_step(step, data_log)
+                    self.state.step = step + 1
+                    self._periodic_metrics(step, record)
+                    self.state.wall_time_s = time.perf_counter() - wall_start
+                    if metrics_log is not None and (
+                        _every(cfg.metrics.log_every, step)
+                        or not EVERY_STEP_KEYS.issuperset(record)
+                    ):
+                        metrics_log.write(record)
+                    if self.progress is not None and self.dist.is_main:
+                        self.progress(record)
+                    stopped = divergence is not None and cfg.divergence.stop
+                    last = self.state.step == cfg.train.steps or stopped
+                    due = _every(cfg.train.checkpoint_every, step) or (
+                        last and cfg.train.checkpoint_final
+                    )
+                    if due or interrupt.requested:
+                        self._checkpoint()
+                    if interrupt.requested:  # resumable from this very step
+                        raise KeyboardInterrupt
         finally:
             for log in (metrics_log, data_log):
                 if log is not None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
 
 import pytest
 import torch
@@ -75,6 +77,36 @@ def test_resume_after_a_stop_gives_the_uninterrupted_losses(tmp_path, make_confi
     assert losses(tmp_path / "parts") == losses(tmp_path / "whole")
     order = read_jsonl(tmp_path / "parts" / "data_order.jsonl")
     assert [r["step"] for r in order] == list(range(12))
+
+
+def sigint_during(step: int, times: int = 1):
+    """A progress callback that sends this process SIGINT `times` times during `step`."""
+
+    def progress(record: dict) -> None:
+        if record["step"] == step:
+            for _ in range(times):
+                os.kill(os.getpid(), signal.SIGINT)
+
+    return progress
+
+
+def test_ctrl_c_checkpoints_the_step_it_reached_and_resumes_exactly(tmp_path, make_config) -> None:
+    config = make_config(train={"checkpoint_every": 5})
+    train_run(config, tmp_path / "whole")
+    with pytest.raises(KeyboardInterrupt):  # during step 7 (0-based 6): finish it, save, stop
+        train_run(config, tmp_path / "parts", progress=sigint_during(6))
+    assert read_checkpoint(tmp_path / "parts").step == 7
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    summary = train_run(config, tmp_path / "parts", resume=True)
+    assert summary.steps_done == 12
+    assert losses(tmp_path / "parts") == losses(tmp_path / "whole")
+
+
+def test_a_second_ctrl_c_stops_at_once(tmp_path, make_config) -> None:
+    config = make_config(train={"checkpoint_every": 5})
+    with pytest.raises(KeyboardInterrupt):
+        train_run(config, tmp_path / "run", progress=sigint_during(6, times=2))
+    assert read_checkpoint(tmp_path / "run").step == 5  # the step's checkpoint was not written
 
 
 def test_resume_can_extend_a_finished_run(tmp_path, make_config) -> None:
