@@ -9,7 +9,8 @@ rule counts it (a runaway, or a divergence first; 3000 steps; a seed that stoppe
 without failing has no outcome), where the
 loss rule tripped, the last step recorded and the median layer-1 key-shift leak over steps
 ≤ 1000 (before any runaway). The figure has one panel
-per variant: the layer-1 max logit of each seed against the step, log scale.
+per variant: the layer-1 max logit of each seed against the step, log scale; and one of the
+training loss (mean of the seeds) of every variant.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-ORDER = ("paper-code", "delta-o-fp32", "untiled", "fa2", "acc-fp32", "fp32", "paper-sfa")
+ORDER = (
+    "paper-code", "delta-o-fp32", "untiled", "l-fp32", "acc-fp32", "fa2", "fp32", "paper-sfa",
+    "paper-sfa-beta-1.125",
+)  # fmt: skip
 STYLES = {0: "-", 1: "--", 2: ":"}
 
 
@@ -40,6 +44,14 @@ def layer_series(cell: dict, index: int, layer: str = "1") -> list[tuple[int, fl
 
 def runaway_step(cell: dict, limit: float) -> int | None:
     return next((s for s, x in layer_series(cell, 1) if x > limit), None)
+
+
+def _steps_done(cell: dict) -> int:
+    """Steps the run trained: its summary's count, else the last logged loss step + 1."""
+    summary = cell["summary"] or {}
+    if "steps_done" in summary:
+        return int(summary["steps_done"])
+    return cell["loss"][-1][0] + 1 if cell["loss"] else 0
 
 
 def main() -> None:
@@ -75,8 +87,7 @@ def main() -> None:
         fails = [min((x for x in (s, e) if x is not None), default=None)
                  for s, e in zip(runaway, ends, strict=True)]  # fmt: skip
         early = [s is not None and s <= args.horizon for s in fails]
-        known = [e or (c["loss"] and c["loss"][-1][0] >= args.horizon - 1)
-                 for e, c in zip(early, mine, strict=True)]  # fmt: skip
+        known = [e or _steps_done(c) >= args.horizon for e, c in zip(early, mine, strict=True)]
         leaks = [x for c in mine for s, x in layer_series(c, 3) if s <= 1000]
         leak = f"{statistics.median(leaks):.4f}" if leaks else "—"
         print(
@@ -87,8 +98,8 @@ def main() -> None:
         )
 
     cols = 4
-    rows = -(-len(variants) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), sharex=True, sharey=True)
+    rows = -(-(len(variants) + 1) // cols)  # + a loss panel
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), sharex=True)
     flat = list(axes.flat)
     for ax, variant in zip(flat, variants, strict=False):
         for cell in sorted(by_variant[variant], key=lambda c: c["meta"]["seed"]):
@@ -100,13 +111,23 @@ def main() -> None:
                 ax.plot(points[-1][0], points[-1][1], "x", color="black", ms=7)
         ax.axhline(args.limit, color="grey", lw=0.6, ls="-.")
         ax.set_yscale("log")
-        ax.set_title(variant, fontsize=10)
+        ax.set_ylim(5, 3e4)
+        ax.set_title(f"{variant}: layer-1 max logit", fontsize=10)
         ax.grid(alpha=0.3)
-    for ax in flat[len(variants) :]:
+    loss_ax = flat[len(variants)]
+    for variant in variants:  # the seeds' mean of the logged training loss (every 25 steps)
+        series = [dict((s, x) for s, x, *_ in c["loss"]) for c in by_variant[variant]]
+        steps = sorted(set.intersection(*(set(x) for x in series)))
+        mean = [statistics.fmean(x[s] for x in series) for s in steps]
+        loss_ax.plot(steps, mean, lw=1.0, label=variant)
+    loss_ax.set_title("training loss, mean of the seeds", fontsize=10)
+    loss_ax.set_ylim(0.3, 3.0)
+    loss_ax.grid(alpha=0.3)
+    loss_ax.legend(fontsize=6, ncol=2)
+    for ax in flat[len(variants) + 1 :]:
         ax.axis("off")
     flat[0].legend(fontsize=8)
     fig.supxlabel("step")
-    fig.supylabel("layer-1 max attention logit")
     fig.suptitle(
         "Muon lr 1.4e-2, 6L/384 byte GPT, one H200 (x: the run stopped, loss rule or NaN)",
         fontsize=11,

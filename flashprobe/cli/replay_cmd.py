@@ -51,15 +51,17 @@ def replay_command(
     cells = sr.read_cells(store, suite)
     rows = []
     for name, members in sr.suites_of(cells).items():
-        saved = sr.read_suite_replay(sr.suite_dir(members[0])) or {}
-        roles = saved.get("roles") or {}
-        previous = {
-            "baseline": roles.get("baseline"),
-            "safe": roles.get("safe"),
-            "components": roles.get("components"),
-        }
+        folder = sr.suite_dir(members[0])
+        # Flags, then the suite's own `replay:` section (suite.json), then the roles the last
+        # replay resolved (which may have been inferred).
+        declared = (sr.read_suite_definition(folder) or {}).get("replay")
+        declared = dict(declared) if isinstance(declared, dict) else {}
+        roles = (sr.read_suite_replay(folder) or {}).get("roles") or {}
+        for key in ("baseline", "safe", "components"):
+            if not declared.get(key) and roles.get(key):
+                declared[key] = roles[key]
         settings = ReplaySettings.from_suite(
-            {k: v for k, v in previous.items() if v},
+            declared,
             baseline=baseline,
             safe=safe,
             variants=tuple(variant) or None,

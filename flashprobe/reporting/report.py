@@ -108,6 +108,13 @@ def build_suite_report(
     notes = [*roles.notes, *(n for d in docs for n in d.get("notes", []))]
     if rule.event != "divergence":
         notes.insert(0, f"failed (ranking): {rule.describe()}")
+    replayed_on = saved.get("baseline")
+    if docs and replayed_on and replayed_on != roles.baseline:
+        notes.append(
+            f"the replay ran on {replayed_on}'s captures, not on the baseline {roles.baseline}'s: "
+            f"the mechanism columns describe {replayed_on}'s training tensors (to change that: "
+            f"flashprobe replay --baseline {roles.baseline} --force)"
+        )
     t_base = (mechanism.get(roles.baseline) or {}).get("delta_t_max")
     if t_base is not None and abs(t_base) < T_SIGNIFICANT:
         notes.append(

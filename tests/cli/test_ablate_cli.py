@@ -239,6 +239,18 @@ def test_ablate_replays_when_the_suite_asks_and_report_ranks(tmp_path, run_cli) 
     assert csv.code == 0 and "\nreplay" not in csv.out and "\nreplay: " in csv.err
 
 
+def test_a_later_replay_follows_the_suites_replay_section(tmp_path, run_cli) -> None:
+    raw = {**REPLAYED, "replay": {"baseline": "sfa", "backend": "emulator"}}  # not fa2's default
+    config, store = write(tmp_path, raw), tmp_path / "store"
+    assert run_cli("ablate", "-c", config, "--store", str(store), "--no-replay").code == 0
+    result = run_cli("replay", str(store))
+    assert result.code == 0, result.err
+    replayed = [line.split()[1] for line in result.out.splitlines() if "replayed" in line]
+    assert replayed and all(cell.startswith("sfa--") for cell in replayed)
+    roles = json.loads((store / "tiny" / "replay.json").read_text())["roles"]
+    assert roles["baseline"] == "sfa"
+
+
 def test_a_failed_replay_keeps_the_summary_and_exits_1(tmp_path, run_cli, monkeypatch) -> None:
     from flashprobe.experiments import replay
 
