@@ -65,7 +65,12 @@ def main() -> None:
                         else None
                         for layer, stats in row["attention"].items()
                     }  # fmt: skip
-                    attention.append([step, per_layer, ties, leaks, sums])
+                    lows = {  # smallest row max over heads (absent before this metric)
+                        layer: min((x for x in stats.get("min_row_max") or [] if x is not None),
+                                   default=None)
+                        for layer, stats in row["attention"].items()
+                    }  # fmt: skip
+                    attention.append([step, per_layer, ties, leaks, sums, lows])
                 if "spectral" in row:  # per layer: largest W_Q spectral norm over heads
                     spectral.append([step, [max(h) for h in row["spectral"]["wq_heads"]]])
         cells.append(

@@ -22,6 +22,9 @@ class LayerStats:
     """Per-head attention statistics of one layer (float64 on CPU, shape [n_head]).
 
     max_logit: largest scaled attention score seen (natural units).
+    min_row_max: smallest row maximum seen: a row whose scores are all very negative. The
+    stabilized softmax sets the max of a row with a tied negative maximum to 0, so every P̄ of
+    such a row underflows (ℓ = 0, NaN) once its maximum is below ≈ −87.
     tie_events: number of (row, key tile) pairs with a tied maximum (flashprobe kernels only).
     p_bar_ones: number of P̄ entries exactly 1 (flashprobe kernels only).
     sum_error, sum_rows: Σ of ΣP − 1 over the sampled rows, and their number, for the softmax
@@ -31,12 +34,13 @@ class LayerStats:
     """
 
     max_logit: torch.Tensor
+    min_row_max: torch.Tensor
     tie_events: torch.Tensor
     p_bar_ones: torch.Tensor
     sum_error: torch.Tensor
     sum_rows: torch.Tensor
 
-    FIELDS = ("max_logit", "tie_events", "p_bar_ones", "sum_error", "sum_rows")
+    FIELDS = ("max_logit", "min_row_max", "tie_events", "p_bar_ones", "sum_error", "sum_rows")
 
     @classmethod
     def from_rows(
@@ -54,9 +58,12 @@ class LayerStats:
         def total(t: torch.Tensor | None) -> torch.Tensor:
             return nan if t is None else t.detach().double().sum(dim=(0, 2)).cpu()
 
-        max_logit = row_max.detach().double().amax(dim=(0, 2)).cpu()
+        row_max = row_max.detach().double()
+        max_logit, min_row_max = row_max.amax(dim=(0, 2)).cpu(), row_max.amin(dim=(0, 2)).cpu()
         rows = nan if sum_error is None else torch.full_like(nan, sum_error[:, 0].numel())
-        return cls(max_logit, total(tie_events), total(p_bar_ones), total(sum_error), rows)
+        return cls(
+            max_logit, min_row_max, total(tie_events), total(p_bar_ones), total(sum_error), rows
+        )
 
     @classmethod
     def concat(cls, parts: list[LayerStats], unsplit: torch.Tensor) -> LayerStats:
@@ -74,13 +81,15 @@ class LayerStats:
     def merge(self, other: LayerStats) -> LayerStats:
         return LayerStats(
             torch.maximum(self.max_logit, other.max_logit),
-            *(getattr(self, n) + getattr(other, n) for n in self.FIELDS[1:]),
+            torch.minimum(self.min_row_max, other.min_row_max),
+            *(getattr(self, n) + getattr(other, n) for n in self.FIELDS[2:]),
         )
 
     def to_dict(self) -> dict[str, list[float | None]]:
         """JSON-ready per-head lists (NaN → None)."""
         return {
             "max_logit": _clean(self.max_logit),
+            "min_row_max": _clean(self.min_row_max),
             "tie_events": _clean(self.tie_events),
             "p_bar_ones": _clean(self.p_bar_ones),
             "softmax_sum_bias": _clean(self.sum_error / self.sum_rows),

@@ -9,6 +9,7 @@ import torch
 
 from flashprobe.errors import FlashprobeError
 from flashprobe.model import GPT, ModelConfig
+from flashprobe.model.instrument import LayerStats
 
 TINY = {"n_layer": 2, "n_head": 4, "n_embd": 64, "block_size": 32, "vocab_size": 256}
 
@@ -50,6 +51,18 @@ def test_stats_per_layer_and_head_accumulate_over_forwards() -> None:
     torch.testing.assert_close(once.stats[0].max_logit, twice.stats[0].max_logit)
     entry = once.stats_dict()["0"]
     assert len(entry["max_logit"]) == 4 and entry["tie_events"] == [None] * 4
+
+
+def test_row_max_extremes_per_head_and_their_merge() -> None:
+    row_max = torch.tensor([[[1.0, -3.0], [5.0, 2.0]], [[0.5, 4.0], [-90.0, 7.0]]])  # b, h, rows
+    stats = LayerStats.from_rows(row_max, None, None)
+    assert stats.max_logit.tolist() == [4.0, 7.0]
+    assert stats.min_row_max.tolist() == [-3.0, -90.0]  # the rows SFA's m = 0 would underflow
+    other = LayerStats.from_rows(torch.tensor([[[-10.0], [20.0]]]), None, None)
+    merged = stats.merge(other)
+    assert merged.max_logit.tolist() == [4.0, 20.0]
+    assert merged.min_row_max.tolist() == [-10.0, -90.0]
+    assert stats.to_dict()["min_row_max"] == [-3.0, -90.0]
 
 
 def test_flashprobe_stats_count_ties_and_ones_per_head() -> None:
