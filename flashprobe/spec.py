@@ -299,6 +299,11 @@ def _fmt(value: Any, key: str = "block_n") -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def format_field(key: str, value: Any) -> str:
+    """A field's value as YAML and labels write it (None: "full" tiles, else "null")."""
+    return _fmt(value, key)
+
+
 # -- presets ------------------------------------------------------------------------------
 PRESETS: dict[str, KernelSpec] = {}
 

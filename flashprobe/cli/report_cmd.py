@@ -1,4 +1,5 @@
-"""`flashprobe report`: summary, ranking, mechanism metrics and hot spots of a result store."""
+"""`flashprobe report`: summary, ranking, pooled switches, mechanism metrics and hot spots of a
+result store."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ def report_command(
     suite: str | None = typer.Option(None, "--suite", help="Only this suite of the store."),
     fmt: str = typer.Option("table", "--format", help="table, markdown, csv or json."),
     table: str = typer.Option(
-        "ranking", "--table", help="With --format csv: summary, ranking, metrics or hotspots."
+        "ranking",
+        "--table",
+        help="With --format csv: summary, ranking, pooled, metrics or hotspots.",
     ),
     plot: Path | None = typer.Option(None, "--plot", help="Write PNG figures into this folder."),
     baseline: str | None = typer.Option(

@@ -40,7 +40,7 @@ from typing import Any
 
 from flashprobe.errors import FlashprobeError
 from flashprobe.experiments.failure import FailureRule
-from flashprobe.spec import PRESETS, make_spec
+from flashprobe.spec import PRESETS, format_field, make_spec
 
 METHOD = (
     "score = mean(Δp, mechanism share clipped to [-1, 1]) over those available. restore design "
@@ -108,7 +108,7 @@ def resolve_roles(
     if baseline is None:
         sources = {c.branch_from for c in cells if c.branch_from}
         by_name = [v for v in BASELINE_NAMES if v in variants]
-        by_spec = [v for v in variants if _spec_of(_config_of(cells, v)) == PRESETS["fa2"]]
+        by_spec = [v for v in variants if spec_of(config_of(cells, v)) == PRESETS["fa2"]]
         if len(sources) == 1 and next(iter(sources)) in variants:
             baseline, why = next(iter(sources)), "the branch source"
         elif by_name:
@@ -121,9 +121,7 @@ def resolve_roles(
     if safe is None:
         by_name = [v for v in SAFE_NAMES if v in variants and v != baseline]
         by_spec = [
-            v
-            for v in variants
-            if v != baseline and _spec_of(_config_of(cells, v)) == PRESETS["fp32"]
+            v for v in variants if v != baseline and spec_of(config_of(cells, v)) == PRESETS["fp32"]
         ]
         safe = (by_name or by_spec or [None])[0]
         if safe is not None:
@@ -136,7 +134,7 @@ def component_diff(config: Mapping[str, Any], reference: Mapping[str, Any]) -> d
     """What differs from the reference config: KernelSpec fields (by spec.diff, by name) and any
     other key (dotted), with this config's values."""
     out: dict[str, Any] = {}
-    mine, theirs = _spec_of(config), _spec_of(reference)
+    mine, theirs = spec_of(config), spec_of(reference)
     if mine is not None and theirs is not None:
         out.update(mine.diff(theirs))
     a, b = _flatten(config), _flatten(reference)
@@ -150,7 +148,7 @@ def component_diff(config: Mapping[str, Any], reference: Mapping[str, Any]) -> d
 def component_label(diff: Mapping[str, Any]) -> str:
     if not diff:
         return "(identical config)"
-    return ", ".join(f"{k}={_fmt(k, v)}" for k, v in diff.items())
+    return ", ".join(f"{k}={format_field(k, v)}" for k, v in diff.items())
 
 
 # -- statistics -----------------------------------------------------------------------------
@@ -242,8 +240,8 @@ def rank(
     mechanism = mechanism or {}
     rule = rule or FailureRule()
     result = outcomes(cells, failed_at)
-    base_cfg = _config_of(cells, roles.baseline)
-    safe_cfg = _config_of(cells, roles.safe) if roles.safe else None
+    base_cfg = config_of(cells, roles.baseline)
+    safe_cfg = config_of(cells, roles.safe) if roles.safe else None
     b_bias = _bias(mechanism, roles.baseline)
     s_bias = _bias(mechanism, roles.safe) if roles.safe else None
     rows = []
@@ -255,7 +253,7 @@ def rank(
                        component="(reference)", delta_bias=_bias(mechanism, variant))  # fmt: skip
             rows.append(row)
             continue
-        cfg = _config_of(cells, variant)
+        cfg = config_of(cells, variant)
         d_base = component_diff(cfg, base_cfg)
         d_safe = component_diff(cfg, safe_cfg) if safe_cfg is not None else None
         design = "restore" if d_safe is None or len(d_base) <= len(d_safe) else "add"
@@ -356,14 +354,14 @@ def _training_columns(out: Outcome) -> dict[str, Any]:
 
 
 # -- helpers --------------------------------------------------------------------------------
-def _config_of(cells: Sequence[Any], variant: str | None) -> Mapping[str, Any]:
+def config_of(cells: Sequence[Any], variant: str | None) -> Mapping[str, Any]:
     for cell in cells:
         if cell.variant == variant:
             return cell.config
     return {}
 
 
-def _spec_of(config: Mapping[str, Any]) -> Any:
+def spec_of(config: Mapping[str, Any]) -> Any:
     spec = ((config or {}).get("model") or {}).get("attention") or {}
     spec = spec.get("spec") if isinstance(spec, Mapping) else None
     if spec is None and isinstance(config.get("kernel") if config else None, Mapping | str):
@@ -391,13 +389,3 @@ def _rate(cells: Sequence[Any], variant: str) -> float:
 def _bias(mechanism: Mapping[str, Mapping[str, Any]], variant: str | None) -> float | None:
     value = (mechanism.get(variant) or {}).get("delta_bias") if variant else None
     return float(value) if value is not None else None
-
-
-def _fmt(key: str, value: Any) -> str:
-    if value is None:
-        return "full" if key in ("block_m", "block_n") else "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)

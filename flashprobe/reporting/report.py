@@ -21,12 +21,13 @@ from flashprobe.errors import FlashprobeError
 from flashprobe.experiments import store_reader as sr
 from flashprobe.experiments.bias import T_SIGNIFICANT
 from flashprobe.experiments.failure import FailureRule, failure_steps
-from flashprobe.experiments.ranking import METHOD, Roles, rank, resolve_roles
+from flashprobe.experiments.pooling import pooled_splits
+from flashprobe.experiments.ranking import METHOD, Roles, outcomes, rank, resolve_roles
 from flashprobe.experiments.replay_summary import hot_spots, summarise
 from flashprobe.reporting.render import render_csv, render_json
 
 FORMATS = ("table", "markdown", "csv", "json")
-TABLES = ("summary", "ranking", "metrics", "hotspots")
+TABLES = ("summary", "ranking", "pooled", "metrics", "hotspots")
 
 
 @dataclass
@@ -39,6 +40,7 @@ class SuiteReport:
     hotspots: list[dict[str, Any]]
     missing: list[str]
     notes: list[str]
+    pooled: list[dict[str, Any]] = field(default_factory=list)
     weight_gradient: str | None = None
     replay_docs: list[dict[str, Any]] = field(default_factory=list, repr=False)
     cells: list[sr.CellView] = field(default_factory=list, repr=False)
@@ -50,6 +52,7 @@ class SuiteReport:
             "method": METHOD,
             "summary": self.summary,
             "ranking": self.ranking,
+            "pooled": self.pooled,
             "metrics": self.metrics,
             "hotspots": self.hotspots,
             "weight_gradient": self.weight_gradient,
@@ -101,7 +104,9 @@ def build_suite_report(
     docs = [d for d in (sr.read_replay(c) for c in cells) if d is not None]
     mechanism = summarise(docs)
     missing = _missing(cells, docs, name)
-    ranking = rank(cells, roles, mechanism, failure_steps(cells, rule), rule)
+    failed_at = failure_steps(cells, rule)
+    ranking = rank(cells, roles, mechanism, failed_at, rule)
+    pooled = pooled_splits(cells, outcomes(cells, failed_at))
     metrics = [{"variant": v, **m} for v, m in mechanism.items()]
     spots = [h for h in hot_spots(docs) if h["variant"] == roles.baseline]
     spots.sort(key=lambda h: -abs(h["delta_cumsum"]))
@@ -131,6 +136,7 @@ def build_suite_report(
         hotspots=spots[:top],
         missing=missing,
         notes=list(dict.fromkeys(notes)),
+        pooled=pooled[:top],
         weight_gradient=weight,
         replay_docs=docs,
         cells=cells,
@@ -158,12 +164,22 @@ _METRIC_COLS = ["variant", "o_bias", "delta_bias", "delta_t_max", "dq_rel", "dk_
                 "wq_coherence",
                 "wq_direction_similarity", "wq_rank1_share", "delta_coherence", "growth_exponent",
                 "tie_events_per_row", "p_bar_ones_per_row"]  # fmt: skip
+_POOLED_COLS = ["switch", "value", "same_split", "variants", "failed", "rest", "fisher_p",
+                "adjusted_p"]  # fmt: skip
+POOLED_METHOD = (
+    "seeds pooled over the variants that share a switch value, against all other variants' "
+    "seeds (Fisher's exact test; p adj. = p × the number of splits screened). A screen: the "
+    "variants of one value differ in other switches too; test a surviving split with a "
+    "one-switch variant."
+)
 _HOT_COLS = ["layer", "head", "delta_mean", "delta_t", "delta_cumsum", "delta_coherence",
              "wq_coherence", "o_mean", "tie_events_per_row", "p_bar_ones_per_row"]  # fmt: skip
 _SUMMARY_COLS = ["variant", "cells", "finished", "seeds", "diverged", "steps_done",
                  "diverged_steps", "final_loss", "peak_logit", "median_leak"]  # fmt: skip
 _CSV = {
     "summary": _SUMMARY_COLS,
+    "pooled": ["switch", "value", "same_split", "variants", "failed", "seeds", "rest_failed",
+               "rest_seeds", "fisher_p", "adjusted_p"],
     "ranking": ["rank", "variant", "design", "component", "reference", "seeds", "unfinished",
                 "failed", "rate", "rate_lo", "rate_hi", "fisher_p", "steps_mean", "steps_lo",
                 "steps_hi", "delta_bias", "mechanism_share", "delta_p", "score", "verdict"],
@@ -181,6 +197,7 @@ _HEADERS = {
     "diverged_steps": "diverged at", "final_loss": "final loss", "key_shift_leak": "K-shift leak",
     "key_shift_drift": "K-shift drift", "peak_logit": "peak logit",
     "median_leak": "K-shift leak (median)", "softmax_sum_bias": "ΣP−1",
+    "same_split": "same split as", "rest": "other variants", "adjusted_p": "p adj.",
 }  # fmt: skip
 
 
@@ -209,6 +226,11 @@ def _render_text(r: SuiteReport, *, markdown: bool) -> str:
         "",
         f"Method: {METHOD}",
         "",
+        heading("Pooled by switch value (a screen across variants)"),
+        table(r.pooled, _POOLED_COLS),
+        "",
+        f"Method: {POOLED_METHOD}",
+        "",
         heading("Per-variant mechanism metrics (replay on the baseline's captures)"),
         table(r.metrics, _METRIC_COLS),
     ]
@@ -226,6 +248,8 @@ def _render_text(r: SuiteReport, *, markdown: bool) -> str:
 def _show(row: Mapping[str, Any], col: str) -> str:
     if col == "failed":
         return f"{row['failed']}/{row['seeds']}" if row.get("seeds") else "-"
+    if col == "rest":
+        return f"{row['rest_failed']}/{row['rest_seeds']}"
     if col == "rate":
         if row.get("rate") is None:
             return "-"

@@ -53,12 +53,16 @@ def test_replay_then_report(run_cli, tmp_path) -> None:
     result = run_cli("report", str(root), "--format", "markdown")
     assert result.code == 0, result.err
     assert "## Ranking" in result.out and "delta-fp32" in result.out
+    assert "## Pooled by switch value" in result.out
     assert "the replay ran on" not in result.out
     other = run_cli("report", str(root), "--baseline", "delta-fp32", "--format", "markdown")
     assert other.code == 0, other.err
     assert "the replay ran on baseline's captures, not on the baseline delta-fp32's" in other.out
     result = run_cli("report", str(root), "--format", "csv")
     assert result.out.startswith("suite,rank,variant")
+    pooled = run_cli("report", str(root), "--format", "csv", "--table", "pooled")
+    assert pooled.code == 0, pooled.err
+    assert pooled.out.startswith("suite,switch,value,same_split,variants,failed,seeds")
 
 
 def test_plot_without_matplotlib(run_cli, tmp_path, monkeypatch) -> None:
