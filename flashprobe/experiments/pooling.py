@@ -20,15 +20,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flashprobe.experiments.ranking import Outcome, config_of, fisher_exact, spec_of
-from flashprobe.spec import FIELD_NAMES, KernelSpec, format_field
+from flashprobe.spec import FIELD_NAMES, format_field
 
 #: The switches pooled: the spec's fields, with the running ℓ's effective precision in place
 #: of `l_accumulator` (null there means "as accumulator").
 SWITCHES = tuple("l_precision" if name == "l_accumulator" else name for name in FIELD_NAMES)
-
-
-def switch_value(spec: KernelSpec, switch: str) -> Any:
-    return getattr(spec, switch)
 
 
 def pooled_splits(cells: Sequence[Any], outcomes: Mapping[str, Outcome]) -> list[dict[str, Any]]:
@@ -44,7 +40,7 @@ def pooled_splits(cells: Sequence[Any], outcomes: Mapping[str, Outcome]) -> list
     for switch in SWITCHES:
         by_value: dict[Any, set[str]] = {}
         for variant, spec in specs.items():
-            by_value.setdefault(switch_value(spec, switch), set()).add(variant)
+            by_value.setdefault(getattr(spec, switch), set()).add(variant)
         if len(by_value) < 2:
             continue
         partition = tuple(sorted((frozenset(g) for g in by_value.values()), key=sorted))

@@ -136,7 +136,7 @@ def build_suite_report(
         hotspots=spots[:top],
         missing=missing,
         notes=list(dict.fromkeys(notes)),
-        pooled=pooled[:top],
+        pooled=pooled,
         weight_gradient=weight,
         replay_docs=docs,
         cells=cells,
@@ -164,6 +164,7 @@ _METRIC_COLS = ["variant", "o_bias", "delta_bias", "delta_t_max", "dq_rel", "dk_
                 "wq_coherence",
                 "wq_direction_similarity", "wq_rank1_share", "delta_coherence", "growth_exponent",
                 "tie_events_per_row", "p_bar_ones_per_row"]  # fmt: skip
+POOLED_SHOWN = 8  # rows of the pooled screen in text and markdown (all in CSV and JSON)
 _POOLED_COLS = ["switch", "value", "same_split", "variants", "failed", "rest", "fisher_p",
                 "adjusted_p"]  # fmt: skip
 POOLED_METHOD = (
@@ -227,7 +228,7 @@ def _render_text(r: SuiteReport, *, markdown: bool) -> str:
         f"Method: {METHOD}",
         "",
         heading("Pooled by switch value (a screen across variants)"),
-        table(r.pooled, _POOLED_COLS),
+        table(r.pooled[:POOLED_SHOWN], _POOLED_COLS),
         "",
         f"Method: {POOLED_METHOD}",
         "",
