@@ -33,7 +33,7 @@ class DeferredInterrupt:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if self.enabled:
+        if self.enabled and self._previous is not None:  # None: not set from Python
             signal.signal(signal.SIGINT, self._previous)  # type: ignore[arg-type]
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
