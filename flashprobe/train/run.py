@@ -278,9 +278,10 @@ class _Run:
                     due = _every(cfg.train.checkpoint_every, step) or (
                         last and cfg.train.checkpoint_final
                     )
-                    if due or interrupt.requested:
+                    cut = interrupt.requested and not (last or stopped)  # else: just finish
+                    if due or cut:
                         self._checkpoint()
-                    if interrupt.requested:  # resumable from this very step
+                    if cut:  # resumable from this very step
                         raise KeyboardInterrupt
         finally:
             for log in (metrics_log, data_log):

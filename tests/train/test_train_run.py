@@ -102,6 +102,11 @@ def test_ctrl_c_checkpoints_the_step_it_reached_and_resumes_exactly(tmp_path, ma
     assert losses(tmp_path / "parts") == losses(tmp_path / "whole")
 
 
+def test_ctrl_c_during_the_last_step_lets_the_run_finish(tmp_path, make_config) -> None:
+    summary = train_run(make_config(), tmp_path / "run", progress=sigint_during(11))
+    assert summary.steps_done == 12 and (tmp_path / "run" / "summary.json").is_file()
+
+
 def test_a_second_ctrl_c_stops_at_once(tmp_path, make_config) -> None:
     config = make_config(train={"checkpoint_every": 5})
     with pytest.raises(KeyboardInterrupt):
