@@ -56,9 +56,33 @@ def top2(x):
 
     "More than one score within tol of the max" is then exactly `second >= first - tol`: one
     reduction that also yields the row max, where counting would add a compare, a select and
-    an add per score to a softmax that is already ALU-bound.
+    an add per score to a softmax that is already ALU-bound. Neighbouring columns (held by one
+    thread) are ordered first, so the reduction starts from (max, min) pairs rather than from
+    (x, −inf) pairs, whose −inf the compiler cannot fold away.
     """
-    return tl.reduce((x, tl.full(x.shape, float("-inf"), tl.float32)), 1, _top2_combine)
+    a, b = tl.split(tl.reshape(x, [x.shape[0], x.shape[1] // 2, 2]))
+    return tl.reduce((tl.maximum(a, b), tl.minimum(a, b)), 1, _top2_combine)
+
+
+@triton.jit
+def count_ones(p, P_LOW: tl.constexpr, FUSED: tl.constexpr, LOW: tl.constexpr):
+    """Per row of the fp32 P̄ tile `p`: how many entries are exactly 1 as the P̄V product sees
+    them (after the rounding to LOW when P_LOW), decided on fp32 `p` itself.
+
+    Rounded to nearest even with `mant` stored mantissa bits, p becomes 1 exactly when
+    1 - 2^-(mant+2) <= p <= 1 + 2^-(mant+1) (both midpoints round to 1, the even neighbour).
+    Only the fused exponent can exceed 1 (by its rounding residual), so only it needs the upper
+    bound. One compare and one add per entry, where comparing the rounded 16-bit values costs
+    several conversions.
+    """
+    if P_LOW:
+        mant: tl.constexpr = LOW.fp_mantissa_width
+        is_one = p >= 1.0 - 2.0 ** -(mant + 2)
+        if FUSED:
+            is_one = is_one & (p <= 1.0 + 2.0 ** -(mant + 1))
+    else:
+        is_one = p == 1.0
+    return tl.sum(is_one.to(tl.float32), 1).to(tl.int32)
 
 
 @triton.jit

@@ -42,6 +42,7 @@ import triton.language as tl
 
 from flashprobe.kernels.common import (
     causal_valid,
+    count_ones,
     dot_low,
     dot_maybe_low,
     head_offsets,
@@ -91,17 +92,13 @@ def _p_bar(s_raw, x, m_new, qk_scale, SOFTMAX: tl.constexpr):
 
 
 @triton.jit
-def _rounded_p_and_l(p, P_LOW: tl.constexpr, L_FROM_ROUNDED: tl.constexpr, LOW: tl.constexpr,
-                     INTERPRET: tl.constexpr):  # fmt: skip
-    """Semantics steps 5-6: P̄ as the P̄V product sees it, and the tile's ℓ from it or from P̄."""
-    if P_LOW:
-        p_used = rnd(p, LOW, INTERPRET)
+def _tile_l(p, P_LOW: tl.constexpr, L_FROM_ROUNDED: tl.constexpr, LOW: tl.constexpr,
+            INTERPRET: tl.constexpr):  # fmt: skip
+    """Semantics step 5: the tile's ℓ from P̄ as the P̄V product sees it, or from fp32 P̄."""
+    if L_FROM_ROUNDED and P_LOW:
+        return tl.sum(rnd(p, LOW, INTERPRET), 1)
     else:
-        p_used = p
-    if L_FROM_ROUNDED:
-        return p_used, tl.sum(p_used, 1)
-    else:
-        return p_used, tl.sum(p, 1)
+        return tl.sum(p, 1)
 
 
 @triton.jit
@@ -151,7 +148,7 @@ def _fwd_one_pass(
         m_new = _tile_running_max(m_i, r, tied, beta, SOFTMAX)
         p = _p_bar(s_raw, x, m_new, qk_scale, SOFTMAX)
         alpha = tl.exp2(m_i - m_new)
-        p_used, l_tile = _rounded_p_and_l(p, P_LOW, L_FROM_ROUNDED, LOW, INTERPRET)
+        l_tile = _tile_l(p, P_LOW, L_FROM_ROUNDED, LOW, INTERPRET)
         v = load_rows(v_base, offs_n, offs_d, stride_vn, N, MASKED)
         if ACC_LOW:
             pv = dot_maybe_low(p, v, None, P_LOW, LOW, INTERPRET)
@@ -162,7 +159,7 @@ def _fwd_one_pass(
         m_i = m_new
         if INSTRUMENT:
             row_max, tie_events = _record_tile(row_max, tie_events, r, tied)
-            p_ones += tl.sum((p_used == 1.0).to(tl.int32), 1)
+            p_ones += count_ones(p, P_LOW, SOFTMAX == _FUSED_SCALE, LOW)
     return acc, l_i, m_i, row_max, tie_events, p_ones
 
 
@@ -206,12 +203,11 @@ def _fwd_two_pass(
             s_raw, x = _scores(q, k_base, stride_kn, offs_m, offs_n, offs_d, N, scale,
                                qk_scale, True, CAUSAL, SCORE_LOW, LOW, INTERPRET)  # fmt: skip
             p = _p_bar(s_raw, x, m_new, qk_scale, SOFTMAX)
-            p_used, l_sub = _rounded_p_and_l(p, P_LOW, L_FROM_ROUNDED, LOW, INTERPRET)
-            l_tile += l_sub
+            l_tile += _tile_l(p, P_LOW, L_FROM_ROUNDED, LOW, INTERPRET)
             v = load_rows(v_base, offs_n, offs_d, stride_vn, N, True)
             pv = dot_maybe_low(p, v, pv, P_LOW, LOW, INTERPRET)
             if INSTRUMENT:
-                p_ones += tl.sum((p_used == 1.0).to(tl.int32), 1)
+                p_ones += count_ones(p, P_LOW, SOFTMAX == _FUSED_SCALE, LOW)
         if ACC_LOW:
             acc = _accumulate(acc, pv, alpha, LOW, INTERPRET)
         else:

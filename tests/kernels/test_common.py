@@ -1,0 +1,108 @@
+"""The kernels' shared helpers (flashprobe.kernels.common) on hand-made edge values.
+
+CPU cases run under Triton's interpreter (see conftest.py); CUDA cases carry the `gpu` mark.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():  # before the kernels are imported (see conftest.py)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import triton
+import triton.language as tl
+
+from flashprobe.kernels import launch
+from flashprobe.kernels.common import count_ones, top2
+
+INTERPRETED = launch.interpreting()
+DEVICES = [
+    pytest.param(
+        "cpu", marks=pytest.mark.skipif(not INTERPRETED, reason="needs TRITON_INTERPRET=1")
+    ),
+    pytest.param(
+        "cuda",
+        marks=[
+            pytest.mark.gpu,
+            pytest.mark.skipif(not torch.cuda.is_available() or INTERPRETED, reason="no GPU"),
+        ],
+    ),
+]
+ROWS, COLS = 16, 32
+
+
+@triton.jit
+def _row_helpers_kernel(X, TOP, SECOND, ONES_BF16, ONES_FP16, ONES_FUSED, ONES_FP32,
+                        ROWS: tl.constexpr, COLS: tl.constexpr):  # fmt: skip
+    rows = tl.arange(0, ROWS)
+    x = tl.load(X + rows[:, None] * COLS + tl.arange(0, COLS)[None, :])
+    first, second = top2(x)
+    tl.store(TOP + rows, first)
+    tl.store(SECOND + rows, second)
+    tl.store(ONES_BF16 + rows, count_ones(x, True, False, tl.bfloat16))
+    tl.store(ONES_FP16 + rows, count_ones(x, True, False, tl.float16))
+    tl.store(ONES_FUSED + rows, count_ones(x, True, True, tl.bfloat16))
+    tl.store(ONES_FP32 + rows, count_ones(x, False, False, tl.bfloat16))
+
+
+def row_helpers(x: torch.Tensor) -> dict[str, torch.Tensor]:
+    out = {name: torch.empty(ROWS, device=x.device) for name in ("top", "second")}
+    for name in ("bf16", "fp16", "fused", "fp32"):
+        out[name] = torch.empty(ROWS, device=x.device, dtype=torch.int32)
+    _row_helpers_kernel[(1,)](x, out["top"], out["second"], out["bf16"], out["fp16"],
+                              out["fused"], out["fp32"], ROWS, COLS)  # fmt: skip
+    return out
+
+
+def below(value: float) -> float:
+    return torch.nextafter(torch.tensor(value), torch.tensor(0.0)).item()
+
+
+def above(value: float) -> float:
+    return torch.nextafter(torch.tensor(value), torch.tensor(2.0)).item()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_count_ones_matches_rounding_the_tile(device: str) -> None:
+    """count_ones decides on fp32 P̄ what rounding P̄ to 16 bits and comparing with 1 gives."""
+    gen = torch.Generator().manual_seed(0)
+    edges = []
+    for mant in (7, 10):  # bf16, fp16: both midpoints around 1 round to 1
+        low, high = 1 - 2.0 ** -(mant + 2), 1 + 2.0 ** -(mant + 1)
+        edges += [below(low), low, above(low), below(high), high, above(high)]
+    edges += [below(1.0), 1.0, above(1.0), 0.0, 0.5]
+    x = torch.rand(ROWS, COLS, generator=gen)
+    x[torch.rand(ROWS, COLS, generator=gen) < 0.5] = 1.0
+    picks = torch.randint(len(edges), (ROWS, COLS), generator=gen)
+    sprinkle = torch.rand(ROWS, COLS, generator=gen) < 0.5
+    x = torch.where(sprinkle, torch.tensor(edges)[picks], x)
+    # Standard and stabilized P̄ never exceed 1; the fused exponent's may (by its residual).
+    p_std = x.clamp(max=1.0).to(device)
+    got = row_helpers(p_std)
+    for name, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        want = (p_std.to(dtype) == 1).sum(1, dtype=torch.int32)
+        assert torch.equal(got[name].cpu(), want.cpu()), name
+    assert torch.equal(got["fp32"].cpu(), (p_std == 1).sum(1, dtype=torch.int32).cpu())
+    p_fused = x.to(device)
+    want_fused = (p_fused.to(torch.bfloat16) == 1).sum(1, dtype=torch.int32)
+    assert torch.equal(row_helpers(p_fused)["fused"].cpu(), want_fused.cpu())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_top2_counts_multiplicity(device: str) -> None:
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(ROWS, COLS, generator=gen)
+    x[0, 3] = x[0, 17] = 50.0  # a tied maximum: second == first
+    x[1, 0] = 40.0  # the max in the first column, the second just below it
+    x[1, 31] = below(40.0)
+    x[2] = float("-inf")  # a fully masked row
+    x[3, 5:] = float("-inf")  # a partly masked row
+    x = x.to(device)
+    got = row_helpers(x)
+    ordered = x.sort(dim=1, descending=True).values
+    assert torch.equal(got["top"].cpu(), ordered[:, 0].cpu())
+    assert torch.equal(got["second"].cpu(), ordered[:, 1].cpu())
