@@ -26,8 +26,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 ORDER = (
-    "paper-code", "delta-o-fp32", "untiled", "l-fp32", "acc-fp32", "fa2", "fp32", "paper-sfa",
-    "paper-sfa-beta-1.125",
+    "paper-code", "delta-o-fp32", "untiled", "l-fp32", "acc-fp32", "fa2", "fa2-l-bf16", "fp32",
+    "paper-sfa", "paper-sfa-beta-1.125",
 )  # fmt: skip
 STYLES = {0: "-", 1: "--", 2: ":"}
 

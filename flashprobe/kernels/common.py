@@ -72,8 +72,9 @@ def count_ones(p, P_LOW: tl.constexpr, FUSED: tl.constexpr, LOW: tl.constexpr):
     Rounded to nearest even with `mant` stored mantissa bits, p becomes 1 exactly when
     1 - 2^-(mant+2) <= p <= 1 + 2^-(mant+1) (both midpoints round to 1, the even neighbour).
     Only the fused exponent can exceed 1 (by its rounding residual), so only it needs the upper
-    bound. One compare and one add per entry, where comparing the rounded 16-bit values costs
-    several conversions.
+    bound. A compare and an integer add per entry, where comparing the rounded 16-bit values
+    costs several conversions (an fp32 count was slower on causal d 64 tiles on the H200:
+    bench/KERNELS_H200.md).
     """
     if P_LOW:
         mant: tl.constexpr = LOW.fp_mantissa_width
@@ -82,7 +83,7 @@ def count_ones(p, P_LOW: tl.constexpr, FUSED: tl.constexpr, LOW: tl.constexpr):
             is_one = is_one & (p <= 1.0 + 2.0 ** -(mant + 1))
     else:
         is_one = p == 1.0
-    return tl.sum(is_one.to(tl.float32), 1).to(tl.int32)
+    return tl.sum(is_one.to(tl.int32), 1)
 
 
 @triton.jit
