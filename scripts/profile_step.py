@@ -87,7 +87,9 @@ def main() -> None:
             us = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
         else:
             us = event.self_cpu_time_total
-        if us and event.device_type == kind:
+        # Record-function ranges (ProfilerStep*, Optimizer.step#...) also appear on the GPU
+        # timeline as user annotations spanning their kernels: not kernel time.
+        if us and event.device_type == kind and not getattr(event, "is_user_annotation", False):
             total, count = kernels.get(event.key, (0.0, 0))
             kernels[event.key] = (total + us, count + event.count)
     busy: dict[str, float] = {}
