@@ -16,14 +16,11 @@ serves the timing process).
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as cf
 import contextlib
 import functools
 import importlib.util
 import json
-import multiprocessing
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,17 +98,6 @@ def _compile_task(task: tuple) -> str:
     return "ok"
 
 
-def precompile(tasks: list[tuple], workers: int) -> None:
-    start = time.time()
-    ctx = multiprocessing.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        results = list(pool.map(_compile_task, tasks))
-    failed = [r for r in results if r != "ok"]
-    print(f"precompiled {len(tasks)} variants in {time.time() - start:.0f}s; {len(failed)} failed")
-    for line in failed[:10]:
-        print("  " + line)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--baseline", type=Path, required=True, help="another forward.py")
@@ -136,7 +122,7 @@ def main() -> None:
              for c in masks for cfg in autotune.fwd_candidates(d)]  # fmt: skip
     if args.sweep:
         tasks += [("new", baseline, p, False, d, c, cfg) for p, d, c, cfg in sweep]
-    precompile(tasks, args.workers)
+    autotune.compile_in_parallel(_compile_task, tasks, args.workers)
 
     rows = []
     for shape in bench.default_shapes(args.seqs, args.head_dims):

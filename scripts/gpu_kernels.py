@@ -14,12 +14,9 @@
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as cf
 import json
-import multiprocessing
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,17 +53,6 @@ def _compile_task(task: tuple) -> str:
     return "ok"
 
 
-def precompile(tasks: list[tuple], workers: int) -> None:
-    start = time.time()
-    ctx = multiprocessing.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        results = list(pool.map(_compile_task, tasks))
-    failed = [r for r in results if r != "ok"]
-    print(f"precompiled {len(tasks)} variants in {time.time() - start:.0f}s; {len(failed)} failed")
-    for line in failed[:10]:
-        print("  " + line)
-
-
 def tune(out: Path, workers: int) -> None:
     import torch
 
@@ -79,7 +65,7 @@ def tune(out: Path, workers: int) -> None:
              for d, c in configs for cfg in autotune.fwd_candidates(d)]  # fmt: skip
     tasks += [("tune-bwd", "fa2", d, c, tuning.config_dict(cfg), False)
               for d, c in configs for cfg in autotune.bwd_candidates(d)]  # fmt: skip
-    precompile(tasks, workers)
+    autotune.compile_in_parallel(_compile_task, tasks, workers)
     arch = tuning.arch_name(torch.device("cuda"))
     tuned: dict[str, dict[str, int]] = {}
     log: dict[str, list] = {}
@@ -116,6 +102,7 @@ def main() -> None:
 
     from flashprobe.environment import environment
     from flashprobe.experiments import benchmark as bench
+    from flashprobe.kernels import autotune
     from flashprobe.reporting.bench_table import bench_tables
 
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}")
@@ -135,7 +122,7 @@ def main() -> None:
         for c in (True, False)
         for p, inst in variants
     ]
-    precompile(tasks, args.workers)
+    autotune.compile_in_parallel(_compile_task, tasks, args.workers)
 
     if tests is not None:
         code = tests.wait(timeout=400)

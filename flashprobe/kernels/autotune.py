@@ -8,7 +8,10 @@ implementations is measured by `flashprobe bench` (flashprobe.experiments.benchm
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import math
+import multiprocessing
+import time
 from collections.abc import Callable, Iterable
 
 import torch
@@ -113,3 +116,20 @@ def _fastest_first(candidates: Iterable, make_fn: Callable) -> list:
             print(f"  skip {config}: {str(exc).splitlines()[0][:100]}")
             timings.append((config, math.inf))
     return sorted(timings, key=lambda item: item[1])
+
+
+def compile_in_parallel(task_fn: Callable[[tuple], str], tasks: list[tuple], workers: int) -> None:
+    """Run `task_fn` (a module-level function that runs one kernel variant once and returns
+    "ok" or a failure line) over `tasks` in spawned worker processes, printing failures.
+
+    Triton compiles each variant in its worker and keeps it in its disk cache, so a timing
+    process afterwards measures kernels instead of compiles (serially, one compile is seconds).
+    """
+    start = time.time()
+    ctx = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        results = list(pool.map(task_fn, tasks))
+    failed = [r for r in results if r != "ok"]
+    print(f"precompiled {len(tasks)} variants in {time.time() - start:.0f}s; {len(failed)} failed")
+    for line in failed[:10]:
+        print("  " + line)
