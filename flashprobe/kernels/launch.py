@@ -174,18 +174,29 @@ def attention_forward(
         o.stride(0), o.stride(1), o.stride(2),
         heads, seq_q, seq_k, max(logical_n, 1),
         scale, scale * LOG2E, spec.tie_tolerance * LOG2E, spec.beta,
-        HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
-        TWO_PASS=two_pass, CAUSAL=causal, SCORE_LOW=spec.score_precision == "bf16",
-        SOFTMAX=_SOFTMAX[spec.softmax], P_LOW=spec.p_bar_precision == "bf16",
-        ACC_LOW=spec.accumulator == "bf16", L_LOW=spec.l_precision == "bf16",
-        L_FROM_ROUNDED=spec.l_from_rounded_p,
-        STORE_O32=keep_o_fp32, INSTRUMENT=instrument, INTERPRET=interpreting(),
+        HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, TWO_PASS=two_pass, CAUSAL=causal,
+        **forward_switches(spec, instrument=instrument, keep_o_fp32=keep_o_fp32),
+        INTERPRET=interpreting(),
         num_warps=config.num_warps, num_stages=config.num_stages, **_NO_FP_FUSION,
     )  # fmt: skip
     stats = None
     if instrument:
         stats = AttentionStats(lse=lse, row_max=row_max, tie_events=tie_events, p_bar_ones=p_ones)
     return ForwardOutputs(o=o, lse=lse, o_fp32=o32 if keep_o_fp32 else None, stats=stats)
+
+
+def forward_switches(spec: KernelSpec, *, instrument: bool, keep_o_fp32: bool) -> dict[str, Any]:
+    """The forward kernel's numerics constexprs for `spec` (docs/semantics.md), by name."""
+    return {
+        "SCORE_LOW": spec.score_precision == "bf16",
+        "SOFTMAX": _SOFTMAX[spec.softmax],
+        "P_LOW": spec.p_bar_precision == "bf16",
+        "ACC_LOW": spec.accumulator == "bf16",
+        "L_LOW": spec.l_precision == "bf16",
+        "L_FROM_ROUNDED": spec.l_from_rounded_p,
+        "STORE_O32": keep_o_fp32,
+        "INSTRUMENT": instrument,
+    }
 
 
 def attention_delta(
