@@ -21,8 +21,12 @@ import functools
 import importlib.util
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from flashprobe.experiments.benchmark import BenchShape
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -61,19 +65,31 @@ def _baseline_kernel(path: Path) -> object:
     return module.attn_fwd_kernel
 
 
-def _forward(version: str, baseline: Path | None, preset: str, instrument: bool,
-             shape: object, config: dict | None) -> float:  # fmt: skip
-    """Median ms of one forward launch."""
+def _forward_fn(version: str, baseline: Path | None, preset: str, instrument: bool,
+                shape: BenchShape, config: dict | None) -> Callable[[], object]:  # fmt: skip
+    """One forward launch of `version`'s kernel on fresh inputs of `shape`."""
     from flashprobe.experiments import benchmark as bench
     from flashprobe.kernels import autotune, tuning
     from flashprobe.spec import make_spec
 
-    q, k, v, _ = bench.make_inputs(shape)  # type: ignore[arg-type]
+    q, k, v, _ = bench.make_inputs(shape)
     cfg = tuning.FwdConfig(**config) if config else None
-    with kernel_version(version, baseline):
-        fn = autotune.forward_fn(shape.causal, make_spec(preset), q, k, v,  # type: ignore[attr-defined]
-                                 instrument=instrument, config=cfg)  # fmt: skip
-        return autotune.time_ms(fn)
+    fn = autotune.forward_fn(shape.causal, make_spec(preset), q, k, v, instrument=instrument,
+                             config=cfg)  # fmt: skip
+
+    def run() -> object:
+        with kernel_version(version, baseline):
+            return fn()
+
+    return run
+
+
+def _forward_ms(version: str, baseline: Path | None, preset: str, instrument: bool,
+                shape: BenchShape, config: dict | None) -> float:  # fmt: skip
+    """Median ms of one forward launch."""
+    from flashprobe.kernels import autotune
+
+    return autotune.time_ms(_forward_fn(version, baseline, preset, instrument, shape, config))
 
 
 def _compile_task(task: tuple) -> str:
@@ -81,17 +97,11 @@ def _compile_task(task: tuple) -> str:
     import torch
 
     from flashprobe.experiments import benchmark as bench
-    from flashprobe.kernels import autotune, tuning
-    from flashprobe.spec import make_spec
 
     version, baseline, preset, instrument, head_dim, causal, config = task
     shape = bench.BenchShape(1, 4, 1024, head_dim, causal)
-    q, k, v, _ = bench.make_inputs(shape)
-    cfg = tuning.FwdConfig(**config) if config else None
     try:
-        with kernel_version(version, baseline):
-            autotune.forward_fn(causal, make_spec(preset), q, k, v, instrument=instrument,
-                                config=cfg)()  # fmt: skip
+        _forward_fn(version, baseline, preset, instrument, shape, config)()
         torch.cuda.synchronize()
     except Exception as exc:
         return f"FAIL {task}: {str(exc).splitlines()[0][:120]}"
@@ -137,7 +147,7 @@ def main() -> None:
         del q, k, v, do
         flops = shape.flops("fwd")
         for preset, instrument in IMPLS:
-            ms = {ver: _forward(ver, baseline, preset, instrument, shape, None)
+            ms = {ver: _forward_ms(ver, baseline, preset, instrument, shape, None)
                   for ver in ("baseline", "new")}  # fmt: skip
             row = {**shape.__dict__, "impl": _label(preset, instrument), **{
                 f"{ver}_tflops": flops / t / 1e9 for ver, t in ms.items()},
@@ -155,7 +165,7 @@ def main() -> None:
         for preset, d, c, cfg in sweep:
             shape = bench.BenchShape(32768 // SWEEP_SEQ, 16, SWEEP_SEQ, d, c)
             try:
-                ms = _forward("new", baseline, preset, False, shape, cfg)
+                ms = _forward_ms("new", baseline, preset, False, shape, cfg)
             except Exception as exc:
                 print(f"  skip {preset} d{d} causal={c} {cfg}: {str(exc).splitlines()[0][:80]}")
                 continue
