@@ -65,25 +65,47 @@ def top2(x):
 
 
 @triton.jit
-def count_ones(p, P_LOW: tl.constexpr, FUSED: tl.constexpr, LOW: tl.constexpr):
+def count_at_least(x, threshold, INTERPRET: tl.constexpr):
+    """Per row of the fp32 tile `x` (at most 511 columns): how many entries are >= `threshold`
+    (one value per row). NaN entries do not count.
+
+    On the GPU each compare is one FSET writing 1.0f or 0.0f, and the float bit patterns are
+    summed as int32 (three-input integer adds): n·0x3F800000 = n·127·2^23, which wraps mod 2^32
+    but leaves n·127 mod 512 in bits 23..31, and 383·127 ≡ 1 (mod 512) gives n back for
+    n < 512. That is 1.5 instructions per entry where a compare, a select and an add take three.
+    """
+    if INTERPRET:
+        return tl.sum((x >= threshold[:, None]).to(tl.int32), 1)
+    else:
+        bound = tl.broadcast_to(threshold[:, None], x.shape)
+        ones = tl.inline_asm_elementwise("set.ge.f32.f32 $0, $1, $2;", "=f,f,f", [x, bound],
+                                         dtype=tl.float32, is_pure=True, pack=1)  # fmt: skip
+        bits = tl.sum(ones.to(tl.int32, bitcast=True), 1)
+        return ((bits >> 23) * 383) & 511
+
+
+@triton.jit
+def count_ones(p, P_LOW: tl.constexpr, FUSED: tl.constexpr, LOW: tl.constexpr,
+               INTERPRET: tl.constexpr):  # fmt: skip
     """Per row of the fp32 P̄ tile `p`: how many entries are exactly 1 as the P̄V product sees
     them (after the rounding to LOW when P_LOW), decided on fp32 `p` itself.
 
     Rounded to nearest even with `mant` stored mantissa bits, p becomes 1 exactly when
     1 - 2^-(mant+2) <= p <= 1 + 2^-(mant+1) (both midpoints round to 1, the even neighbour).
     Only the fused exponent can exceed 1 (by its rounding residual), so only it needs the upper
-    bound. A compare and an integer add per entry, where comparing the rounded 16-bit values
-    costs several conversions (an fp32 count was slower on causal d 64 tiles on the H200:
-    bench/KERNELS_H200.md).
+    bound; otherwise p <= 1 and "p is 1" is "p >= the lower bound", a single compare
+    (`count_at_least`; bench/KERNELS_H200.md has the instruction counts).
     """
-    if P_LOW:
-        mant: tl.constexpr = LOW.fp_mantissa_width
-        is_one = p >= 1.0 - 2.0 ** -(mant + 2)
-        if FUSED:
-            is_one = is_one & (p <= 1.0 + 2.0 ** -(mant + 1))
+    mant: tl.constexpr = LOW.fp_mantissa_width
+    if FUSED:
+        if P_LOW:
+            is_one = (p >= 1.0 - 2.0 ** -(mant + 2)) & (p <= 1.0 + 2.0 ** -(mant + 1))
+        else:
+            is_one = p == 1.0
+        return tl.sum(is_one.to(tl.int32), 1)
     else:
-        is_one = p == 1.0
-    return tl.sum(is_one.to(tl.int32), 1)
+        lower: tl.constexpr = 1.0 - 2.0 ** -(mant + 2) if P_LOW else 1.0
+        return count_at_least(p, tl.full([p.shape[0]], lower, tl.float32), INTERPRET)
 
 
 @triton.jit

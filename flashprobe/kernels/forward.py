@@ -42,6 +42,7 @@ import triton.language as tl
 
 from flashprobe.kernels.common import (
     causal_valid,
+    count_at_least,
     count_ones,
     dot_low,
     dot_maybe_low,
@@ -139,11 +140,10 @@ def _fwd_one_pass(
         offs_n = start + tl.arange(0, BLOCK_N)
         s_raw, x = _scores(q, k_base, stride_kn, offs_m, offs_n, offs_d, N, scale, qk_scale,
                            MASKED, CAUSAL, SCORE_LOW, LOW, INTERPRET)  # fmt: skip
+        r = tl.max(x, 1)
         if (SOFTMAX == _STABILIZED) or INSTRUMENT:
-            r, second = top2(x)
-            tied = (second >= r - tie_tol) & (r > float("-inf"))
+            tied = (count_at_least(x, r - tie_tol, INTERPRET) >= 2) & (r > float("-inf"))
         else:
-            r = tl.max(x, 1)
             tied = r > 0  # unused
         m_new = _tile_running_max(m_i, r, tied, beta, SOFTMAX)
         p = _p_bar(s_raw, x, m_new, qk_scale, SOFTMAX)
@@ -159,7 +159,7 @@ def _fwd_one_pass(
         m_i = m_new
         if INSTRUMENT:
             row_max, tie_events = _record_tile(row_max, tie_events, r, tied)
-            p_ones += count_ones(p, P_LOW, SOFTMAX == _FUSED_SCALE, LOW)
+            p_ones += count_ones(p, P_LOW, SOFTMAX == _FUSED_SCALE, LOW, INTERPRET)
     return acc, l_i, m_i, row_max, tie_events, p_ones
 
 
@@ -207,7 +207,7 @@ def _fwd_two_pass(
             v = load_rows(v_base, offs_n, offs_d, stride_vn, N, True)
             pv = dot_maybe_low(p, v, pv, P_LOW, LOW, INTERPRET)
             if INSTRUMENT:
-                p_ones += count_ones(p, P_LOW, SOFTMAX == _FUSED_SCALE, LOW)
+                p_ones += count_ones(p, P_LOW, SOFTMAX == _FUSED_SCALE, LOW, INTERPRET)
         if ACC_LOW:
             acc = _accumulate(acc, pv, alpha, LOW, INTERPRET)
         else:

@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from flashprobe.kernels import launch
-from flashprobe.kernels.common import count_ones, top2
+from flashprobe.kernels.common import count_at_least, count_ones, top2
 
 INTERPRETED = launch.interpreting()
 DEVICES = [
@@ -36,25 +36,30 @@ ROWS, COLS = 16, 32
 
 
 @triton.jit
-def _row_helpers_kernel(X, TOP, SECOND, ONES_BF16, ONES_FP16, ONES_FUSED, ONES_FP32,
-                        ROWS: tl.constexpr, COLS: tl.constexpr):  # fmt: skip
+def _row_helpers_kernel(X, THRESHOLD, TOP, SECOND, AT_LEAST, ONES_BF16, ONES_FP16, ONES_FUSED,
+                        ONES_FP32, ROWS: tl.constexpr, COLS: tl.constexpr,
+                        INTERPRET: tl.constexpr):  # fmt: skip
     rows = tl.arange(0, ROWS)
     x = tl.load(X + rows[:, None] * COLS + tl.arange(0, COLS)[None, :])
     first, second = top2(x)
     tl.store(TOP + rows, first)
     tl.store(SECOND + rows, second)
-    tl.store(ONES_BF16 + rows, count_ones(x, True, False, tl.bfloat16))
-    tl.store(ONES_FP16 + rows, count_ones(x, True, False, tl.float16))
-    tl.store(ONES_FUSED + rows, count_ones(x, True, True, tl.bfloat16))
-    tl.store(ONES_FP32 + rows, count_ones(x, False, False, tl.bfloat16))
+    tl.store(AT_LEAST + rows, count_at_least(x, tl.load(THRESHOLD + rows), INTERPRET))
+    tl.store(ONES_BF16 + rows, count_ones(x, True, False, tl.bfloat16, INTERPRET))
+    tl.store(ONES_FP16 + rows, count_ones(x, True, False, tl.float16, INTERPRET))
+    tl.store(ONES_FUSED + rows, count_ones(x, True, True, tl.bfloat16, INTERPRET))
+    tl.store(ONES_FP32 + rows, count_ones(x, False, False, tl.bfloat16, INTERPRET))
 
 
-def row_helpers(x: torch.Tensor) -> dict[str, torch.Tensor]:
+def row_helpers(x: torch.Tensor, threshold: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    if threshold is None:
+        threshold = torch.zeros(ROWS, device=x.device)
     out = {name: torch.empty(ROWS, device=x.device) for name in ("top", "second")}
-    for name in ("bf16", "fp16", "fused", "fp32"):
+    for name in ("at_least", "bf16", "fp16", "fused", "fp32"):
         out[name] = torch.empty(ROWS, device=x.device, dtype=torch.int32)
-    _row_helpers_kernel[(1,)](x, out["top"], out["second"], out["bf16"], out["fp16"],
-                              out["fused"], out["fp32"], ROWS, COLS)  # fmt: skip
+    _row_helpers_kernel[(1,)](x, threshold, out["top"], out["second"], out["at_least"],
+                              out["bf16"], out["fp16"], out["fused"], out["fp32"], ROWS, COLS,
+                              INTERPRETED)  # fmt: skip
     return out
 
 
@@ -106,3 +111,27 @@ def test_top2_counts_multiplicity(device: str) -> None:
     ordered = x.sort(dim=1, descending=True).values
     assert torch.equal(got["top"].cpu(), ordered[:, 0].cpu())
     assert torch.equal(got["second"].cpu(), ordered[:, 1].cpu())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_count_at_least_counts_every_entry_at_or_above_the_threshold(device: str) -> None:
+    """Counts 0..COLS (the GPU path decodes a wrapped sum of 1.0f bit patterns), ties with
+    the threshold, −inf entries and thresholds, and NaN entries (never counted)."""
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(ROWS, COLS, generator=gen)
+    threshold = torch.randn(ROWS, generator=gen)
+    threshold[0] = float("-inf")  # every entry counts: COLS
+    threshold[1] = float("inf")  # none counts
+    x[2] = threshold[2]  # all tie with the threshold
+    x[3, ::2] = float("-inf")  # masked entries below any finite threshold
+    x[4, 7] = float("nan")
+    threshold[4] = x[4].nan_to_num(nan=0.0).min()  # all but the NaN count
+    x[5, :] = 1.0
+    threshold[5] = below(1.0)
+    x[6, :] = below(1.0)
+    threshold[6] = 1.0
+    x, threshold = x.to(device), threshold.to(device)
+    got = row_helpers(x, threshold)["at_least"].cpu()
+    want = (x >= threshold[:, None]).sum(1, dtype=torch.int32).cpu()
+    assert torch.equal(got, want)
+    assert got[0] == COLS and got[1] == 0 and got[2] == COLS and got[4] == COLS - 1
