@@ -42,7 +42,6 @@ import triton.language as tl
 
 from flashprobe.kernels.common import (
     causal_valid,
-    count_at_least,
     count_ones,
     dot_low,
     dot_maybe_low,
@@ -140,10 +139,11 @@ def _fwd_one_pass(
         offs_n = start + tl.arange(0, BLOCK_N)
         s_raw, x = _scores(q, k_base, stride_kn, offs_m, offs_n, offs_d, N, scale, qk_scale,
                            MASKED, CAUSAL, SCORE_LOW, LOW, INTERPRET)  # fmt: skip
-        r = tl.max(x, 1)
         if (SOFTMAX == _STABILIZED) or INSTRUMENT:
-            tied = (count_at_least(x, r - tie_tol, INTERPRET) >= 2) & (r > float("-inf"))
+            r, second = top2(x)
+            tied = (second >= r - tie_tol) & (r > float("-inf"))
         else:
+            r = tl.max(x, 1)
             tied = r > 0  # unused
         m_new = _tile_running_max(m_i, r, tied, beta, SOFTMAX)
         p = _p_bar(s_raw, x, m_new, qk_scale, SOFTMAX)
