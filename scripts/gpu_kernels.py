@@ -94,6 +94,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=10)
     parser.add_argument("--seqs", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
     parser.add_argument("--presets", nargs="+", default=["fa2", "sfa"])
+    parser.add_argument("--repeats", type=int, default=3, help="round-robin rounds per shape")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -131,7 +132,7 @@ def main() -> None:
 
     shapes = bench.default_shapes(seqs=args.seqs, head_dims=HEAD_DIMS)
     impls = bench.implementations(args.presets, instrumented=True, peers=True)
-    timings = bench.run_benchmark(shapes, impls, bench.MODES)
+    timings = bench.run_benchmark(shapes, impls, bench.MODES, repeats=args.repeats)
     payload = {"environment": environment("cuda"), "timings": [t.to_dict() for t in timings]}
     (args.out / "bench.json").write_text(json.dumps(payload, indent=1))
     print(bench_tables(timings, impls))

@@ -35,11 +35,15 @@ def bench_command(
         None, "--json", help="Write all timings to this new file."
     ),
     seed: int = typer.Option(0, help="Seed for the random inputs."),
+    repeats: int = typer.Option(
+        3, help="Round-robin rounds per shape; each timing is the median of its rounds."
+    ),
 ) -> None:
     """Time forward, backward and forward+backward against SDPA; print TFLOP/s and ratios.
 
     TFLOP/s = 4·B·H·N²·D (×0.5 causal, ×2.5 backward); medians of triton.testing.do_bench,
-    every implementation timed in this process on the same inputs. Needs a CUDA GPU.
+    every implementation timed in this process on the same inputs, round-robin over
+    --repeats rounds (the median round counts). Needs a CUDA GPU.
 
     Examples:
 
@@ -57,7 +61,12 @@ def bench_command(
     ]
     impls = bench.implementations(preset, instrumented=stats, peers=peers)
     timings = bench.run_benchmark(
-        shapes, impls, mode, progress=lambda msg: typer.echo(f"  timing {msg}", err=True)
+        shapes,
+        impls,
+        mode,
+        seed=seed,
+        repeats=repeats,
+        progress=lambda msg: typer.echo(f"  timing {msg}", err=True),
     )
     from flashprobe.reporting.bench_table import bench_tables
 
@@ -76,6 +85,7 @@ def bench_command(
                 "dtype": dtype,
                 "modes": mode,
                 "seed": seed,
+                "repeats": repeats,
             },
             "specs": {i.name: i.spec.to_dict() for i in impls if i.spec is not None},
             "environment": environment(),

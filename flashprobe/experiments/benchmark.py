@@ -8,6 +8,7 @@ FlashAttention benchmarks: 4·B·H·N²·D for the forward, halved when causal, 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 
@@ -58,6 +59,7 @@ class Timing:
     ms: float | None  # None: the implementation does not support this shape here
     tflops: float | None
     note: str = ""
+    samples: tuple[float, ...] = ()  # ms of each round-robin round (ms is their median)
 
     def to_dict(self) -> dict:
         return {
@@ -67,6 +69,7 @@ class Timing:
             "ms": self.ms,
             "tflops": self.tflops,
             "note": self.note,
+            "samples_ms": list(self.samples),
         }
 
 
@@ -109,35 +112,60 @@ def run_benchmark(
     modes: Sequence[str] = MODES,
     *,
     seed: int = 0,
+    repeats: int = 1,
     progress: Callable[[str], None] | None = None,
 ) -> list[Timing]:
-    """Time every (shape, implementation, mode); needs CUDA."""
-    if not torch.cuda.is_available():
-        raise FlashprobeError("flashprobe bench needs a CUDA GPU; none is visible here")
+    """Time every (shape, implementation, mode); needs CUDA.
+
+    With `repeats` > 1 the implementations of one shape are timed round-robin that many times
+    and each keeps the median of its rounds, so a drift of the GPU's clock over the minutes a
+    grid takes falls on all of them alike rather than on whichever ran last.
+    """
     for mode in modes:
         if mode not in MODES:
             raise FlashprobeError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
+    if repeats < 1:
+        raise FlashprobeError(f"repeats must be at least 1, got {repeats}")
+    if not torch.cuda.is_available():
+        raise FlashprobeError("flashprobe bench needs a CUDA GPU; none is visible here")
     from triton.testing import do_bench
 
     timings: list[Timing] = []
     for shape in shapes:
         q, k, v, do = make_inputs(shape, seed)
+        steps: dict[tuple[str, str], Callable[[], None]] = {}
+        samples: dict[tuple[str, str], list[float]] = {}
+        failed: dict[tuple[str, str], str] = {}
         for impl in impls:
             attend = attend_fn(impl, shape)
             for mode in modes:
                 if impl.instrument and mode == "bwd":
                     continue  # instrumentation lives in the forward; its backward is the same
-                if progress:
-                    progress(f"{shape.label()} {impl.name} {mode}")
+                key = (impl.name, mode)
+                samples[key] = []
                 try:
-                    ms = do_bench(
-                        step_fn(attend, q, k, v, do, mode), warmup=25, rep=100, return_mode="median"
-                    )
+                    steps[key] = step_fn(attend, q, k, v, do, mode)
                 except (RuntimeError, FlashprobeError) as exc:  # e.g. a backend not built here
-                    timings.append(Timing(shape, impl.name, mode, None, None, _first_line(exc)))
+                    failed[key] = _first_line(exc)
+        for round_ in range(repeats):
+            for key, step in steps.items():
+                if key in failed:
                     continue
-                timings.append(Timing(shape, impl.name, mode, ms, shape.flops(mode) / ms * 1e-9))
-        del q, k, v, do
+                if progress:
+                    suffix = f" (round {round_ + 1}/{repeats})" if repeats > 1 else ""
+                    progress(f"{shape.label()} {key[0]} {key[1]}{suffix}")
+                try:
+                    samples[key].append(do_bench(step, warmup=25, rep=100, return_mode="median"))
+                except (RuntimeError, FlashprobeError) as exc:
+                    failed[key] = _first_line(exc)
+        for (name, mode), times in samples.items():
+            if (name, mode) in failed:
+                timings.append(Timing(shape, name, mode, None, None, failed[(name, mode)]))
+            else:
+                ms = statistics.median(times)
+                timings.append(Timing(shape, name, mode, ms, shape.flops(mode) / ms * 1e-9,
+                                      samples=tuple(times)))  # fmt: skip
+        del q, k, v, do, steps
         torch.cuda.empty_cache()
     return timings
 

@@ -48,3 +48,26 @@ def test_ratio_table_divides_by_the_baseline() -> None:
 def test_cpu_only_machine_gets_a_clear_error() -> None:
     with pytest.raises(FlashprobeError, match="needs a CUDA GPU"):
         bench.run_benchmark(bench.default_shapes(seqs=(1024,)), [], ["fwd"])
+
+
+def test_unknown_mode_and_zero_repeats_are_refused_before_any_gpu_work() -> None:
+    shapes = bench.default_shapes(seqs=(1024,))
+    with pytest.raises(FlashprobeError, match="unknown mode"):
+        bench.run_benchmark(shapes, [], ["forward"])
+    with pytest.raises(FlashprobeError, match="repeats must be at least 1"):
+        bench.run_benchmark(shapes, [], ["fwd"], repeats=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="times kernels on a CUDA GPU")
+def test_round_robin_rounds_keep_every_sample_and_report_their_median() -> None:
+    shape = bench.BenchShape(batch=1, heads=2, seq=256, head_dim=64, causal=True)
+    impls = bench.implementations(["fa2"], instrumented=True, peers=False)
+    timings = bench.run_benchmark([shape], impls, ["fwd", "bwd"], repeats=3)
+    assert [(t.impl, t.mode) for t in timings] == [
+        ("fa2", "fwd"), ("fa2", "bwd"), ("fa2+stats", "fwd")
+    ]  # fmt: skip
+    for t in timings:
+        assert len(t.samples) == 3 and t.ms == sorted(t.samples)[1]
+        assert t.tflops == pytest.approx(shape.flops(t.mode) / t.ms * 1e-9)
+        assert t.to_dict()["samples_ms"] == list(t.samples)
