@@ -5,8 +5,9 @@
 1. `pytest -m gpu tests` (every gpu-marked test; subprocess, xdist) → OUT/gpu_tests.log;
 2. meanwhile, every kernel variant to be timed is compiled once in parallel worker processes
    (Triton's disk cache then serves the timing process);
-3. with --tune: the fa2 forward and backward launch configs per (head_dim, causal) on one
-   shape → OUT/<arch>.json, also written to flashprobe/kernels/tuned/ here;
+3. with --tune: the forward launch configs of fa2, sfa and fa2 with stats, and fa2's backward
+   ones, per (head_dim, causal) on one shape → OUT/<arch>.json, also written to
+   flashprobe/kernels/tuned/ here;
 4. `flashprobe bench`'s grid (fa2, sfa, fa2 with stats against SDPA flash and cuDNN) →
    OUT/bench.json and the table on stdout.
 """
@@ -53,6 +54,11 @@ def _compile_task(task: tuple) -> str:
     return "ok"
 
 
+#: Forward variants tuned on their own: (preset, instrumented, tuned-file variant).
+FWD_TUNED = (("fa2", False, "onepass"), ("sfa", False, "onepass-stab"),
+             ("fa2", True, "onepass-stats"))  # fmt: skip
+
+
 def tune(out: Path, workers: int) -> None:
     import torch
 
@@ -61,8 +67,9 @@ def tune(out: Path, workers: int) -> None:
     from flashprobe.spec import make_spec
 
     configs = [(d, c) for d in HEAD_DIMS for c in (True, False)]
-    tasks = [("tune-fwd", "fa2", d, c, tuning.config_dict(cfg), False)
-             for d, c in configs for cfg in autotune.fwd_candidates(d)]  # fmt: skip
+    tasks = [("tune-fwd", p, d, c, tuning.config_dict(cfg), inst)
+             for p, inst, _ in FWD_TUNED for d, c in configs
+             for cfg in autotune.fwd_candidates(d)]  # fmt: skip
     tasks += [("tune-bwd", "fa2", d, c, tuning.config_dict(cfg), False)
               for d, c in configs for cfg in autotune.bwd_candidates(d)]  # fmt: skip
     autotune.compile_in_parallel(_compile_task, tasks, workers)
@@ -71,13 +78,18 @@ def tune(out: Path, workers: int) -> None:
     log: dict[str, list] = {}
     for d, c in configs:
         inputs = bench.make_inputs(bench.BenchShape(32768 // TUNE_SEQ, 16, TUNE_SEQ, d, c))
-        spec = make_spec("fa2")
-        fwd = autotune.tune_forward(inputs, c, spec, autotune.fwd_candidates(d))
-        bwd = autotune.tune_backward(inputs, c, spec, autotune.bwd_candidates(d))
-        tuned[tuning.fwd_key(d, c, 64, "bf16", "onepass")] = tuning.config_dict(fwd[0][0])
+        for preset, instrument, variant in FWD_TUNED:
+            candidates = autotune.fwd_candidates(d)
+            fwd = autotune.tune_forward(
+                inputs, c, make_spec(preset), candidates, instrument=instrument
+            )
+            tuned[tuning.fwd_key(d, c, 64, "bf16", variant)] = tuning.config_dict(fwd[0][0])
+            log[f"fwd {variant} d{d} causal={c}"] = [[tuning.config_dict(g), ms] for g, ms in fwd]
+            print(f"tuned fwd {variant} d{d} causal={c}: {fwd[0]}")
+        bwd = autotune.tune_backward(inputs, c, make_spec("fa2"), autotune.bwd_candidates(d))
         tuned[tuning.bwd_key(d, c, "bf16", "dot16")] = tuning.config_dict(bwd[0][0])
-        log[f"d{d} causal={c}"] = [[tuning.config_dict(cfg), ms] for cfg, ms in fwd + bwd]
-        print(f"tuned d{d} causal={c}: fwd {fwd[0]} bwd {bwd[0]}")
+        log[f"bwd d{d} causal={c}"] = [[tuning.config_dict(g), ms] for g, ms in bwd]
+        print(f"tuned bwd d{d} causal={c}: {bwd[0]}")
     path = tuning.TUNED_DIR / f"{arch}.json"
     merged = {**tuning.load_tuned(arch), **tuned}
     path.write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n")

@@ -91,10 +91,15 @@ def tune_forward(
     causal: bool,
     spec: KernelSpec,
     candidates: Iterable[tuning.FwdConfig],
+    *,
+    instrument: bool = False,
 ) -> list[tuple[tuning.FwdConfig, float]]:
     """(config, ms) per candidate, fastest first; a candidate that fails to launch gets inf."""
     q, k, v, _ = inputs
-    return _fastest_first(candidates, lambda c: forward_fn(causal, spec, q, k, v, config=c))
+    return _fastest_first(
+        candidates,
+        lambda c: forward_fn(causal, spec, q, k, v, instrument=instrument, config=c),
+    )
 
 
 def tune_backward(

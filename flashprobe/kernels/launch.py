@@ -159,7 +159,7 @@ def attention_forward(
     one_pass_n = max(16, triton.next_power_of_2(logical_n))
     if config is None:
         two_pass = one_pass_n > tuning.MAX_ONE_PASS_N
-        config = _forward_config(q, head_dim, causal, spec, two_pass)
+        config = _forward_config(q, head_dim, causal, spec, two_pass, instrument)
     two_pass = one_pass_n > config.max_one_pass
     block_n = config.sub_n if two_pass else one_pass_n
     block_m = config.block_m
@@ -291,13 +291,15 @@ def attention_backward(
 
 # -- helpers ----------------------------------------------------------------------------------
 def _forward_config(
-    q: torch.Tensor, head_dim: int, causal: bool, spec: KernelSpec, two_pass: bool
-) -> tuning.FwdConfig:
+    q: torch.Tensor, head_dim: int, causal: bool, spec: KernelSpec, two_pass: bool,
+    instrument: bool,
+) -> tuning.FwdConfig:  # fmt: skip
     if interpreting():
         return tuning.INTERPRETER_FWD
     variant = tuning.fwd_variant(
-        two_pass, spec.p_bar_precision == "fp32", spec.accumulator == "bf16"
-    )
+        two_pass, spec.p_bar_precision == "fp32", spec.accumulator == "bf16",
+        stabilized=spec.softmax == "stabilized", stats=instrument,
+    )  # fmt: skip
     return tuning.forward_config(
         tuning.arch_name(q.device), head_dim, causal, spec.block_n,
         tuning.dtype_name(q.dtype), variant,

@@ -58,18 +58,21 @@ def dtype_name(dtype: torch.dtype) -> str:
     return "fp16" if dtype == torch.float16 else "bf16"
 
 
-def fwd_variant(two_pass: bool, fp32_p: bool, acc_low: bool) -> str:
-    """Kernel variants whose register needs differ enough to want their own configs."""
+def fwd_variant(
+    two_pass: bool, fp32_p: bool, acc_low: bool, stabilized: bool = False, stats: bool = False
+) -> str:
+    """Kernel variants whose register needs or per-score work differ enough to want their own
+    configs: the stabilized softmax's tie test and instrumentation add ALU work per score."""
     parts = ["twopass" if two_pass else "onepass"]
     if fp32_p:
         parts.append("p32")
     if acc_low:
         parts.append("acc16")
+    if stabilized:
+        parts.append("stab")
+    if stats:
+        parts.append("stats")
     return "-".join(parts)
-
-
-def bwd_variant(fp32_dots: bool) -> str:
-    return "dot32" if fp32_dots else "dot16"
 
 
 def fwd_key(head_dim: int, causal: bool, block_n: int | None, dtype: str, variant: str) -> str:
@@ -94,7 +97,11 @@ def load_tuned(arch: str) -> dict[str, dict[str, int]]:
 def forward_config(
     arch: str, head_dim: int, causal: bool, block_n: int | None, dtype: str, variant: str
 ) -> FwdConfig:
-    entry = load_tuned(arch).get(fwd_key(head_dim, causal, block_n, dtype, variant))
+    tuned = load_tuned(arch)
+    entry = tuned.get(fwd_key(head_dim, causal, block_n, dtype, variant))
+    if entry is None:  # a stabilized or instrumented variant not tuned on its own: its base's
+        base = "-".join(p for p in variant.split("-") if p not in ("stab", "stats"))
+        entry = tuned.get(fwd_key(head_dim, causal, block_n, dtype, base))
     if entry is not None:
         return FwdConfig(**entry)
     two_pass = variant.startswith("twopass")

@@ -1,0 +1,44 @@
+"""Launch-configuration lookup (flashprobe.kernels.tuning): tuned entries, fallbacks, keys."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from flashprobe.kernels import tuning
+
+
+@pytest.fixture
+def tuned_dir(tmp_path, monkeypatch):
+    monkeypatch.setattr(tuning, "TUNED_DIR", tmp_path)
+    tuning.load_tuned.cache_clear()
+    yield tmp_path
+    tuning.load_tuned.cache_clear()
+
+
+def _entry(block_m: int) -> dict[str, int]:
+    return {"block_m": block_m, "sub_n": 64, "num_warps": 4, "num_stages": 3}
+
+
+def test_variant_names_the_switches_that_change_the_per_score_work() -> None:
+    assert tuning.fwd_variant(False, False, False) == "onepass"
+    assert tuning.fwd_variant(True, True, True, stabilized=True, stats=True) == (
+        "twopass-p32-acc16-stab-stats"
+    )
+
+
+def test_a_variant_tuned_on_its_own_gets_its_entry_else_its_base_one(tuned_dir) -> None:
+    base = tuning.fwd_key(64, True, 64, "bf16", "onepass")
+    stab = tuning.fwd_key(64, True, 64, "bf16", "onepass-stab")
+    (tuned_dir / "sm90.json").write_text(json.dumps({base: _entry(128), stab: _entry(64)}))
+    assert tuning.forward_config("sm90", 64, True, 64, "bf16", "onepass-stab").block_m == 64
+    assert tuning.forward_config("sm90", 64, True, 64, "bf16", "onepass-stats").block_m == 128
+    assert tuning.forward_config("sm90", 64, True, 64, "bf16", "onepass").block_m == 128
+
+
+def test_untuned_shapes_fall_back_to_the_heuristics(tuned_dir) -> None:
+    config = tuning.forward_config("sm90", 128, False, 64, "bf16", "onepass-stab-stats")
+    assert config == tuning.FwdConfig(block_m=128, sub_n=64, num_warps=8, num_stages=3)
+    heavy = tuning.forward_config("sm90", 64, False, 64, "bf16", "twopass-stab")
+    assert heavy.block_m == 64 and heavy.num_warps == 4
