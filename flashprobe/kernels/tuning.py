@@ -75,6 +75,10 @@ def fwd_variant(
     return "-".join(parts)
 
 
+def bwd_variant(fp32_dots: bool) -> str:
+    return "dot32" if fp32_dots else "dot16"
+
+
 def fwd_key(head_dim: int, causal: bool, block_n: int | None, dtype: str, variant: str) -> str:
     mask = "causal" if causal else "full"
     bn = "full" if block_n is None else str(block_n)

@@ -42,3 +42,13 @@ def test_untuned_shapes_fall_back_to_the_heuristics(tuned_dir) -> None:
     assert config == tuning.FwdConfig(block_m=128, sub_n=64, num_warps=8, num_stages=3)
     heavy = tuning.forward_config("sm90", 64, False, 64, "bf16", "twopass-stab")
     assert heavy.block_m == 64 and heavy.num_warps == 4
+
+
+def test_backward_variants_and_their_fallback(tuned_dir) -> None:
+    assert tuning.bwd_variant(False) == "dot16" and tuning.bwd_variant(True) == "dot32"
+    key = tuning.bwd_key(64, True, "bf16", "dot16")
+    entry = {"block_m1": 32, "block_n1": 64, "block_m2": 64, "block_n2": 32, "num_warps": 4,
+             "num_stages": 3}  # fmt: skip
+    (tuned_dir / "sm90.json").write_text(json.dumps({key: entry}))
+    assert tuning.backward_config("sm90", 64, True, "bf16", "dot16") == tuning.BwdConfig(**entry)
+    assert tuning.backward_config("sm90", 64, True, "bf16", "dot32").block_m1 == 32
