@@ -43,15 +43,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from flashprobe.kernels.common import _top2_combine  # noqa: E402
+
 LOG2E = 1.4426950408889634
-
-
-@gluon.jit
-def _top2_combine(a_first, a_second, b_first, b_second):
-    return (
-        gl.maximum(a_first, b_first),
-        gl.maximum(gl.minimum(a_first, b_first), gl.maximum(a_second, b_second)),
-    )
 
 
 @gluon.jit
