@@ -54,21 +54,20 @@ def _compile_task(task: tuple) -> str:
     return "ok"
 
 
-#: Forward variants tuned on their own: (preset, instrumented, tuned-file variant).
-FWD_TUNED = (("fa2", False, "onepass"), ("sfa", False, "onepass-stab"),
-             ("fa2", True, "onepass-stats"))  # fmt: skip
+#: Forward variants tuned on their own: (preset, instrumented).
+FWD_TUNED = (("fa2", False), ("sfa", False), ("fa2", True))
 
 
 def tune(out: Path, workers: int) -> None:
     import torch
 
     from flashprobe.experiments import benchmark as bench
-    from flashprobe.kernels import autotune, tuning
+    from flashprobe.kernels import autotune, launch, tuning
     from flashprobe.spec import make_spec
 
     configs = [(d, c) for d in HEAD_DIMS for c in (True, False)]
     tasks = [("tune-fwd", p, d, c, tuning.config_dict(cfg), inst)
-             for p, inst, _ in FWD_TUNED for d, c in configs
+             for p, inst in FWD_TUNED for d, c in configs
              for cfg in autotune.fwd_candidates(d)]  # fmt: skip
     tasks += [("tune-bwd", "fa2", d, c, tuning.config_dict(cfg), False)
               for d, c in configs for cfg in autotune.bwd_candidates(d)]  # fmt: skip
@@ -78,11 +77,11 @@ def tune(out: Path, workers: int) -> None:
     log: dict[str, list] = {}
     for d, c in configs:
         inputs = bench.make_inputs(bench.BenchShape(32768 // TUNE_SEQ, 16, TUNE_SEQ, d, c))
-        for preset, instrument, variant in FWD_TUNED:
+        for preset, instrument in FWD_TUNED:
+            spec = make_spec(preset)
+            variant = launch.forward_variant(spec, two_pass=False, instrument=instrument)
             candidates = autotune.fwd_candidates(d)
-            fwd = autotune.tune_forward(
-                inputs, c, make_spec(preset), candidates, instrument=instrument
-            )
+            fwd = autotune.tune_forward(inputs, c, spec, candidates, instrument=instrument)
             tuned[tuning.fwd_key(d, c, 64, "bf16", variant)] = tuning.config_dict(fwd[0][0])
             log[f"fwd {variant} d{d} causal={c}"] = [[tuning.config_dict(g), ms] for g, ms in fwd]
             print(f"tuned fwd {variant} d{d} causal={c}: {fwd[0]}")

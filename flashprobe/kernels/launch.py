@@ -296,13 +296,17 @@ def _forward_config(
 ) -> tuning.FwdConfig:  # fmt: skip
     if interpreting():
         return tuning.INTERPRETER_FWD
-    variant = tuning.fwd_variant(
-        two_pass, spec.p_bar_precision == "fp32", spec.accumulator == "bf16",
-        stabilized=spec.softmax == "stabilized", stats=instrument,
-    )  # fmt: skip
     return tuning.forward_config(
         tuning.arch_name(q.device), head_dim, causal, spec.block_n,
-        tuning.dtype_name(q.dtype), variant,
+        tuning.dtype_name(q.dtype), forward_variant(spec, two_pass, instrument),
+    )  # fmt: skip
+
+
+def forward_variant(spec: KernelSpec, two_pass: bool, instrument: bool) -> str:
+    """The tuned-config variant name of this spec's forward (`tuning.fwd_variant`)."""
+    return tuning.fwd_variant(
+        two_pass, spec.p_bar_precision == "fp32", spec.accumulator == "bf16",
+        stabilized=spec.softmax == "stabilized", stats=instrument,
     )  # fmt: skip
 
 

@@ -52,3 +52,15 @@ def test_backward_variants_and_their_fallback(tuned_dir) -> None:
     (tuned_dir / "sm90.json").write_text(json.dumps({key: entry}))
     assert tuning.backward_config("sm90", 64, True, "bf16", "dot16") == tuning.BwdConfig(**entry)
     assert tuning.backward_config("sm90", 64, True, "bf16", "dot32").block_m1 == 32
+
+
+def test_presets_map_to_the_variants_the_tuned_file_holds() -> None:
+    from flashprobe.kernels.launch import forward_variant
+    from flashprobe.spec import make_spec
+
+    assert forward_variant(make_spec("fa2"), False, False) == "onepass"
+    assert forward_variant(make_spec("sfa"), False, False) == "onepass-stab"
+    assert forward_variant(make_spec("fa2"), False, True) == "onepass-stats"
+    tuned = json.loads((tuning.TUNED_DIR / "sm90.json").read_text())
+    for variant in ("onepass", "onepass-stab", "onepass-stats"):
+        assert tuning.fwd_key(64, True, 64, "bf16", variant) in tuned
