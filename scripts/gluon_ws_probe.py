@@ -1,0 +1,349 @@
+"""Probe: FA3's warp-specialised, ping-pong forward in Gluon (Triton 3.6, sm_90).
+
+    PYTHONUNBUFFERED=1 python scripts/gluon_ws_probe.py --out $OUT           # on the H200
+    python scripts/gluon_ws_probe.py --compile-only                          # any machine
+
+An experiment for issue 3's open question, not a flashprobe kernel. `gluon_fwd_probe.py`
+showed that FA3's intra-warpgroup overlap alone buys nothing over Triton's own schedule; what
+FA3 has beyond it is this structure, which this probe builds:
+
+* a producer partition (one warp, few registers) that TMA-loads the two 64-row Q tiles and a
+  ring of K/V stages, each stage freed when both consumers are done with it;
+* two consumer warpgroups (64 query rows each) that share the K/V tiles, each with the
+  intra-warpgroup overlap of `gluon_fwd_probe` (tile j+1's QKᵀ in flight during tile j's
+  rescale and P̄V issue, tile j's P̄V in flight during tile j+1's softmax);
+* ping-pong between the consumers: a consumer issues its GEMMs only on its turn and hands the
+  turn over right after, so one warpgroup's softmax runs while the other's GEMMs use the tensor
+  cores (FA3's "warp scheduler barrier", here two mbarriers);
+* register reallocation (`setmaxnreg`, Gluon's worker register counts): the producer gives its
+  registers to the consumers.
+
+Numerics are `fa2`'s (and, with STABILIZED, `sfa`'s tie shift), as in `gluon_fwd_probe`; the
+check compares O and LSE against flashprobe's Triton forward. Scope: bf16, head dim 64/128,
+sequence a multiple of 128, causal or not, no instrumentation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import sys
+from pathlib import Path
+
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from gluon_fwd_probe import _softmax_tile  # noqa: E402
+
+LOG2E = 1.4426950408889634
+WG = 64  # query rows per consumer warpgroup (one m64 wgmma)
+WG_ROWS = gl.constexpr(WG)
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty,
+              head_row, start_m, n_tiles, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+    """One warp: both Q tiles, then K/V tile j into stage j % STAGES once both consumers freed it."""
+    for c in gl.static_range(2):
+        mbarrier.expect(q_bars.index(c), q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            q_desc, [head_row + start_m * 2 * WG_ROWS + c * WG_ROWS, 0], q_bars.index(c),
+            q_smem.index(c),
+        )  # fmt: skip
+    for j in range(n_tiles):
+        slot = j % STAGES
+        # Fresh mbarriers count as phase 1 complete: the first STAGES waits pass at once.
+        mbarrier.wait(kv_empty.index(slot), ((j // STAGES) & 1) ^ 1)
+        bar = kv_ready.index(slot)
+        mbarrier.expect(bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [head_row + j * BLOCK_N, 0], bar, k_smem.index(slot))
+        tma.async_copy_global_to_shared(v_desc, [head_row + j * BLOCK_N, 0], bar, v_smem.index(slot))
+
+
+@gluon.jit
+def _my_turn(turn_bars, CONSUMER: gl.constexpr, k):
+    """Wait for this consumer's k-th GEMM turn (consumer 0 goes first)."""
+    if CONSUMER == 0:
+        mbarrier.wait(turn_bars.index(0), (k & 1) ^ 1)
+    else:
+        mbarrier.wait(turn_bars.index(1), k & 1)
+
+
+@gluon.jit
+def _consumer(q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, turn_bars, Out, LSE,
+              head_row, start_m, n_tiles, first_masked, qk_scale, tie_tol, beta,
+              CONSUMER: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+              STAGES: gl.constexpr, STABILIZED: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
+    """One warpgroup: 64 query rows through every key tile, as in gluon_fwd_probe."""
+    dtype: gl.constexpr = k_smem.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+    )
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    rows_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    cols_s: gl.constexpr = gl.SliceLayout(0, s_layout)
+    rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    cols_o: gl.constexpr = gl.SliceLayout(0, o_layout)
+    other: gl.constexpr = 1 - CONSUMER
+
+    row0 = start_m * 2 * WG_ROWS + CONSUMER * WG_ROWS
+    rows = row0 + gl.arange(0, WG_ROWS, layout=rows_s)
+    m_i = gl.full([WG_ROWS], float("-inf"), gl.float32, layout=rows_s)
+    l_i = gl.zeros([WG_ROWS], gl.float32, layout=rows_s)
+    acc = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, layout=o_layout)
+    s_zero = gl.zeros([WG_ROWS, BLOCK_N], gl.float32, layout=s_layout)
+    q = q_smem.index(CONSUMER)
+
+    mbarrier.wait(q_bars.index(CONSUMER), 0)
+    mbarrier.wait(kv_ready.index(0), 0)
+    if PINGPONG:
+        _my_turn(turn_bars, CONSUMER, 0)
+    s = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    if PINGPONG:
+        mbarrier.arrive(turn_bars.index(other), count=1)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+    cols = gl.arange(0, BLOCK_N, layout=cols_s)
+    if first_masked == 0:
+        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, cols, rows, qk_scale, tie_tol, beta,
+                                           True, STABILIZED)  # fmt: skip
+    else:
+        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, cols, rows, qk_scale, tie_tol, beta,
+                                           False, STABILIZED)  # fmt: skip
+    for j in range(n_tiles - 1):
+        nxt = (j + 1) % STAGES
+        mbarrier.wait(kv_ready.index(nxt), ((j + 1) // STAGES) & 1)
+        if PINGPONG:
+            _my_turn(turn_bars, CONSUMER, j + 1)
+        s_next = warpgroup_mma(q, k_smem.index(nxt).permute((1, 0)), s_zero, use_acc=False,
+                               is_async=True)  # fmt: skip
+        acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+        pv = warpgroup_mma(p_op, v_smem.index(j % STAGES), acc, is_async=True)
+        if PINGPONG:
+            mbarrier.arrive(turn_bars.index(other), count=1)
+        s = warpgroup_mma_wait(num_outstanding=1, deps=(s_next,))
+        cols = (j + 1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=cols_s)
+        if j + 1 >= first_masked:
+            p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, cols, rows, qk_scale, tie_tol,
+                                               beta, True, STABILIZED)  # fmt: skip
+        else:
+            p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, cols, rows, qk_scale, tie_tol,
+                                               beta, False, STABILIZED)  # fmt: skip
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
+        mbarrier.arrive(kv_empty.index(j % STAGES), count=1)  # tile j's K and V are consumed
+    last = n_tiles - 1
+    acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
+    p_op = gl.convert_layout(p.to(dtype), p_layout)
+    pv = warpgroup_mma(p_op, v_smem.index(last % STAGES), acc, is_async=True)
+    out = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
+    mbarrier.arrive(kv_empty.index(last % STAGES), count=1)
+
+    o = out / gl.convert_layout(l_i, rows_o)[:, None]
+    offs_m = row0 + gl.arange(0, WG_ROWS, layout=rows_o)
+    offs_d = gl.arange(0, HEAD_DIM, layout=cols_o)
+    gl.store(Out + (head_row + offs_m)[:, None].to(gl.int64) * HEAD_DIM + offs_d[None, :],
+             o.to(dtype))  # fmt: skip
+    gl.store(LSE + head_row + rows, (m_i + gl.log2(l_i)) / 1.4426950408889634)
+
+
+@gluon.jit
+def attn_fwd_ws(
+    q_desc, k_desc, v_desc, Out, LSE, N, qk_scale, tie_tol, beta,
+    HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+    STABILIZED: gl.constexpr, PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    num_warps: gl.constexpr,
+):  # fmt: skip
+    """One program: 128 query rows (two consumer warpgroups) of one (batch, head)."""
+    gl.static_assert(num_warps == 4)
+    dtype: gl.constexpr = q_desc.dtype
+    start_m = gl.program_id(0)
+    head_row = gl.program_id(1) * N  # first row of this (batch, head) in the [B·H·N, D] views
+
+    q_smem = gl.allocate_shared_memory(dtype, [2, WG_ROWS, HEAD_DIM], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+    q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    turn_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for c in gl.static_range(2):
+        mbarrier.init(q_bars.index(c), count=1)
+        mbarrier.init(turn_bars.index(c), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(kv_ready.index(i), count=1)
+        mbarrier.init(kv_empty.index(i), count=2)  # one arrival per consumer
+
+    if CAUSAL:
+        n_tiles = gl.cdiv(gl.minimum((start_m + 1) * 2 * WG_ROWS, N), BLOCK_N)
+        first_masked = (start_m * 2 * WG_ROWS) // BLOCK_N
+    else:
+        n_tiles = N // BLOCK_N
+        first_masked = n_tiles
+
+    gl.warp_specialize(
+        [
+            (_consumer, (q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, turn_bars, Out, LSE,
+                         head_row, start_m, n_tiles, first_masked, qk_scale, tie_tol, beta,
+                         0, HEAD_DIM, BLOCK_N, STAGES, STABILIZED, PINGPONG)),
+            (_consumer, (q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, turn_bars, Out, LSE,
+                         head_row, start_m, n_tiles, first_masked, qk_scale, tie_tol, beta,
+                         1, HEAD_DIM, BLOCK_N, STAGES, STABILIZED, PINGPONG)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, kv_ready,
+                         kv_empty, head_row, start_m, n_tiles, BLOCK_N, STAGES)),
+        ],
+        [4, 1],
+        [CONSUMER_REGS, 24],
+    )  # fmt: skip
+
+
+def forward(q, k, v, *, causal: bool, stabilized: bool, beta: float = 2.0,
+            tie_tol: float = 1e-3, block_n: int = 128, stages: int = 2, pingpong: bool = True,
+            consumer_regs: int = 240, maxnreg: int = 168):  # fmt: skip
+    """Warp-specialised Gluon forward on [B, H, N, D] bf16 contiguous inputs → (O, LSE)."""
+    import torch
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    batch, heads, n, d = q.shape
+    assert n % 128 == 0 and q.is_contiguous() and k.is_contiguous() and v.is_contiguous()
+    o = torch.empty_like(q)
+    lse = torch.empty((batch, heads, n), device=q.device, dtype=torch.float32)
+    q2, k2, v2 = (t.view(batch * heads * n, d) for t in (q, k, v))
+    q_layout = gl.NVMMASharedLayout.get_default_for([WG, d], gl.bfloat16)
+    kv_layout = gl.NVMMASharedLayout.get_default_for([block_n, d], gl.bfloat16)
+    q_desc = TensorDescriptor.from_tensor(q2, [WG, d], q_layout)
+    k_desc = TensorDescriptor.from_tensor(k2, [block_n, d], kv_layout)
+    v_desc = TensorDescriptor.from_tensor(v2, [block_n, d], kv_layout)
+    grid = (n // (2 * WG), batch * heads)
+    attn_fwd_ws[grid](
+        q_desc, k_desc, v_desc, o, lse, n, LOG2E / math.sqrt(d), tie_tol * LOG2E, beta,
+        d, block_n, stages, causal, stabilized, pingpong, consumer_regs, num_warps=4,
+        maxnreg=maxnreg, enable_fp_fusion=False,
+    )  # fmt: skip
+    return o, lse
+
+
+CONFIGS = {  # name → forward() keyword arguments, per head dim
+    64: {"n128s2": dict(block_n=128, stages=2), "n128s3": dict(block_n=128, stages=3),
+         "n64s3": dict(block_n=64, stages=3), "n128s2-nopp": dict(block_n=128, stages=2,
+                                                                  pingpong=False)},
+    128: {"n128s2": dict(block_n=128, stages=2), "n64s3": dict(block_n=64, stages=3),
+          "n128s2-nopp": dict(block_n=128, stages=2, pingpong=False),
+          "n64s2": dict(block_n=64, stages=2)},
+}  # fmt: skip
+
+
+def compile_only() -> None:
+    """Compile for sm_90a without a GPU; print register use and whether wgmma serialised."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    for d, configs in CONFIGS.items():
+        for name, cfg in configs.items():
+            for stabilized in (False, True):
+                block_n, stages = cfg["block_n"], cfg["stages"]
+                q_l = gl.NVMMASharedLayout.get_default_for([WG, d], gl.bfloat16)
+                kv_l = gl.NVMMASharedLayout.get_default_for([block_n, d], gl.bfloat16)
+                signature = {
+                    "q_desc": f"tensordesc<bf16[{WG}, {d}],{q_l!r}>",
+                    "k_desc": f"tensordesc<bf16[{block_n}, {d}],{kv_l!r}>",
+                    "v_desc": f"tensordesc<bf16[{block_n}, {d}],{kv_l!r}>",
+                    "Out": "*bf16", "LSE": "*fp32", "N": "i32",
+                    "qk_scale": "fp32", "tie_tol": "fp32", "beta": "fp32",
+                }  # fmt: skip
+                constexprs = {"HEAD_DIM": d, "BLOCK_N": block_n, "STAGES": stages,
+                              "CAUSAL": True, "STABILIZED": stabilized,
+                              "PINGPONG": cfg.get("pingpong", True), "CONSUMER_REGS": 240,
+                              "num_warps": 4}  # fmt: skip
+                for key in constexprs:
+                    signature[key] = "constexpr"
+                src = GluonASTSource(attn_fwd_ws, signature, constexprs)
+                options = {"num_warps": 4, "enable_fp_fusion": False, "maxnreg": 168}
+                kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+                ptx = kernel.asm["ptx"]
+                print(f"d{d} {name} stabilized={stabilized}: "
+                      f"{kernel.metadata.shared} B smem, setmaxnreg "
+                      f"{sorted(set(_setmaxnreg(ptx)))}", flush=True)  # fmt: skip
+
+
+def _setmaxnreg(ptx: str) -> list[str]:
+    return [line.strip() for line in ptx.splitlines() if "setmaxnreg" in line]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--compile-only", action="store_true")
+    parser.add_argument("--seqs", type=int, nargs="+", default=[4096, 16384])
+    args = parser.parse_args()
+    if args.compile_only:
+        compile_only()
+        return
+
+    import torch
+
+    from flashprobe.environment import environment
+    from flashprobe.experiments import benchmark as bench
+    from flashprobe.kernels import autotune, launch
+    from flashprobe.spec import make_spec
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for d in (64, 128):
+        for causal in (True, False):
+            for preset in ("fa2", "sfa"):
+                shape = bench.BenchShape(2, 3, 512, d, causal)
+                q, k, v, _ = bench.make_inputs(shape)
+                ref = launch.attention_forward(q, k, v, causal=causal, spec=make_spec(preset),
+                                               scale=1 / math.sqrt(d))  # fmt: skip
+                for name, cfg in CONFIGS[d].items():
+                    o, lse = forward(q, k, v, causal=causal, stabilized=preset == "sfa", **cfg)
+                    torch.cuda.synchronize()
+                    err_o = (o.float() - ref.o.float()).abs().max().item()
+                    err_lse = (lse - ref.lse).abs().max().item()
+                    ok = err_o <= 1e-2 and err_lse <= 1e-4 and not o.isnan().any().item()
+                    print(f"check d{d} causal={causal} {preset} {name}: max|ΔO| {err_o:.2e} "
+                          f"max|ΔLSE| {err_lse:.2e} {'ok' if ok else 'MISMATCH'}", flush=True)  # fmt: skip
+                    rows.append({"check": True, "head_dim": d, "causal": causal, "preset": preset,
+                                 "config": name, "max_abs_o": err_o, "max_abs_lse": err_lse,
+                                 "ok": ok})  # fmt: skip
+    for shape in bench.default_shapes(args.seqs, (64, 128)):
+        q, k, v, do = bench.make_inputs(shape)
+        flops = shape.flops("fwd")
+        cudnn = bench.Implementation("sdpa-cudnn", sdpa_backend="CUDNN_ATTENTION")
+        times = {"sdpa-cudnn": autotune.time_ms(
+            bench.step_fn(bench.attend_fn(cudnn, shape), q, k, v, do, "fwd"))}  # fmt: skip
+        for preset in ("fa2", "sfa"):
+            times[f"triton-{preset}"] = autotune.time_ms(
+                autotune.forward_fn(shape.causal, make_spec(preset), q, k, v)
+            )
+            for name, cfg in CONFIGS[shape.head_dim].items():
+                run = functools.partial(forward, q, k, v, causal=shape.causal,
+                                        stabilized=preset == "sfa", **cfg)  # fmt: skip
+                times[f"ws-{preset}-{name}"] = autotune.time_ms(run)
+        tflops = {name: flops / ms / 1e9 for name, ms in times.items()}
+        print(shape.label(), "  ".join(f"{n} {t:.0f}" for n, t in tflops.items()), flush=True)
+        rows.append({**shape.__dict__, "tflops": tflops})
+        del q, k, v, do
+        torch.cuda.empty_cache()
+    payload = {"environment": environment("cuda"), "rows": rows}
+    (args.out / "gluon_ws_probe.json").write_text(json.dumps(payload, indent=1))
+
+
+if __name__ == "__main__":
+    main()
