@@ -56,7 +56,8 @@ WG_ROWS = gl.constexpr(WG)
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty,
               head_row, start_m, n_tiles, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
-    """One warp: both Q tiles, then K/V tile j into stage j % STAGES once both consumers freed it."""
+    """One warp: both Q tiles, then K/V tile j into stage j % STAGES once both consumers are
+    done with it."""
     for c in gl.static_range(2):
         mbarrier.expect(q_bars.index(c), q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(
@@ -69,8 +70,9 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, kv_ready, 
         mbarrier.wait(kv_empty.index(slot), ((j // STAGES) & 1) ^ 1)
         bar = kv_ready.index(slot)
         mbarrier.expect(bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [head_row + j * BLOCK_N, 0], bar, k_smem.index(slot))
-        tma.async_copy_global_to_shared(v_desc, [head_row + j * BLOCK_N, 0], bar, v_smem.index(slot))
+        row = head_row + j * BLOCK_N
+        tma.async_copy_global_to_shared(k_desc, [row, 0], bar, k_smem.index(slot))
+        tma.async_copy_global_to_shared(v_desc, [row, 0], bar, v_smem.index(slot))
 
 
 @gluon.jit
@@ -317,8 +319,9 @@ def main() -> None:
                     err_o = (o.float() - ref.o.float()).abs().max().item()
                     err_lse = (lse - ref.lse).abs().max().item()
                     ok = err_o <= 1e-2 and err_lse <= 1e-4 and not o.isnan().any().item()
+                    verdict = "ok" if ok else "MISMATCH"
                     print(f"check d{d} causal={causal} {preset} {name}: max|ΔO| {err_o:.2e} "
-                          f"max|ΔLSE| {err_lse:.2e} {'ok' if ok else 'MISMATCH'}", flush=True)  # fmt: skip
+                          f"max|ΔLSE| {err_lse:.2e} {verdict}", flush=True)  # fmt: skip
                     rows.append({"check": True, "head_dim": d, "causal": causal, "preset": preset,
                                  "config": name, "max_abs_o": err_o, "max_abs_lse": err_lse,
                                  "ok": ok})  # fmt: skip
