@@ -18,7 +18,7 @@ FA3 has beyond it is this structure, which this probe builds:
 * register reallocation (`setmaxnreg`, Gluon's worker register counts): the producer gives its
   registers to the consumers.
 
-Numerics are `fa2`'s (and, with STABILIZED, `sfa`'s tie shift), as in `gluon_fwd_probe`; the
+Numerics are `fa2`'s (and, with a TIE test, `sfa`'s tie shift), as in `gluon_fwd_probe`; the
 check compares O and LSE against flashprobe's Triton forward. Scope: bf16, head dim 64/128,
 sequence a multiple of 128, causal or not, no instrumentation.
 """
@@ -29,6 +29,7 @@ import argparse
 import functools
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -46,11 +47,58 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from gluon_fwd_probe import _softmax_tile  # noqa: E402
+from flashprobe.kernels.common import _top2_combine  # noqa: E402
 
 LOG2E = 1.4426950408889634
 WG = 64  # query rows per consumer warpgroup (one m64 wgmma)
 WG_ROWS = gl.constexpr(WG)
+
+
+TIE_NONE = gl.constexpr(0)  # fa2: no tie test
+TIE_TOP2 = gl.constexpr(1)  # sfa: the two largest scores, from ordered neighbour pairs
+TIE_COUNT = gl.constexpr(2)  # sfa: count the scores within the tolerance of the row max
+
+
+@gluon.jit
+def _row_max_tied(x, tie_tol, TIE: gl.constexpr):
+    """Row max r of the log2-unit scores `x` and sfa's tie test: >1 score within tie_tol of r."""
+    if TIE == TIE_TOP2:
+        a, b = x.reshape([x.shape[0], x.shape[1] // 2, 2]).split()
+        r, second = gl.reduce((gl.maximum(a, b), gl.minimum(a, b)), 1, _top2_combine)
+        rows: gl.constexpr = gl.SliceLayout(1, x.type.layout)
+        r = gl.convert_layout(r, rows)  # the same registers: no data movement
+        second = gl.convert_layout(second, rows)
+        return r, (second >= r - tie_tol) & (r > float("-inf"))
+    else:
+        r = gl.max(x, 1)
+        if TIE == TIE_COUNT:
+            # One FSET per score writing 1.0f/0.0f, summed as int32 (see common.count_at_least).
+            bound = (r - tie_tol)[:, None].broadcast_to(x.shape)
+            ones = gl.inline_asm_elementwise("set.ge.f32.f32 $0, $1, $2;", "=f,f,f", [x, bound],
+                                             dtype=gl.float32, is_pure=True, pack=1)  # fmt: skip
+            bits = gl.sum(ones.to(gl.int32, bitcast=True), 1)
+            return r, ((((bits >> 23) * 383) & 511) >= 2) & (r > float("-inf"))
+        else:
+            return r, r != r  # no tie test: never tied
+
+
+@gluon.jit
+def _softmax_tile(s, m_i, l_i, cols, rows, qk_scale, tie_tol, beta,
+                  MASK: gl.constexpr, TIE: gl.constexpr):  # fmt: skip
+    """One tile's online-softmax step on the fp32 scores `s`: (P̄ fp32, alpha, new m, new ℓ)."""
+    x = s * qk_scale
+    if MASK:
+        x = gl.where(cols[None, :] <= rows[:, None], x, float("-inf"))
+    r, tied = _row_max_tied(x, tie_tol, TIE)
+    if TIE != TIE_NONE:
+        m_tile = gl.where(tied, gl.where(r > 0, beta * r, 0.0), r)
+    else:
+        m_tile = r
+    m_new = gl.maximum(m_i, m_tile)
+    p = gl.exp2(x - m_new[:, None])
+    alpha = gl.exp2(m_i - m_new)
+    l_i = l_i * alpha + gl.sum(p, 1)
+    return p, alpha, m_new, l_i
 
 
 @gluon.jit
@@ -88,7 +136,7 @@ def _my_turn(turn_bars, CONSUMER: gl.constexpr, k):
 def _consumer(q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, turn_bars, Out, LSE,
               head_row, start_m, n_tiles, first_masked, qk_scale, tie_tol, beta,
               CONSUMER: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-              STAGES: gl.constexpr, STABILIZED: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
+              STAGES: gl.constexpr, TIE: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
     """One warpgroup: 64 query rows through every key tile, as in gluon_fwd_probe."""
     dtype: gl.constexpr = k_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -123,10 +171,13 @@ def _consumer(q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, turn_bars, Out
     cols = gl.arange(0, BLOCK_N, layout=cols_s)
     if first_masked == 0:
         p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, cols, rows, qk_scale, tie_tol, beta,
-                                           True, STABILIZED)  # fmt: skip
+                                           True, TIE)  # fmt: skip
     else:
         p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, cols, rows, qk_scale, tie_tol, beta,
-                                           False, STABILIZED)  # fmt: skip
+                                           False, TIE)  # fmt: skip
+    p_op = gl.convert_layout(p.to(dtype), p_layout)
+    # The turn covers only wgmma issue: the rescale of O and P̄'s conversion happen before it,
+    # so the other warpgroup's GEMMs are not held up by this one's ALU work.
     for j in range(n_tiles - 1):
         nxt = (j + 1) % STAGES
         mbarrier.wait(kv_ready.index(nxt), ((j + 1) // STAGES) & 1)
@@ -134,8 +185,6 @@ def _consumer(q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, turn_bars, Out
             _my_turn(turn_bars, CONSUMER, j + 1)
         s_next = warpgroup_mma(q, k_smem.index(nxt).permute((1, 0)), s_zero, use_acc=False,
                                is_async=True)  # fmt: skip
-        acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
-        p_op = gl.convert_layout(p.to(dtype), p_layout)
         pv = warpgroup_mma(p_op, v_smem.index(j % STAGES), acc, is_async=True)
         if PINGPONG:
             mbarrier.arrive(turn_bars.index(other), count=1)
@@ -143,16 +192,20 @@ def _consumer(q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, turn_bars, Out
         cols = (j + 1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=cols_s)
         if j + 1 >= first_masked:
             p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, cols, rows, qk_scale, tie_tol,
-                                               beta, True, STABILIZED)  # fmt: skip
+                                               beta, True, TIE)  # fmt: skip
         else:
             p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, cols, rows, qk_scale, tie_tol,
-                                               beta, False, STABILIZED)  # fmt: skip
+                                               beta, False, TIE)  # fmt: skip
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
         mbarrier.arrive(kv_empty.index(j % STAGES), count=1)  # tile j's K and V are consumed
+        acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
     last = n_tiles - 1
-    acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
-    p_op = gl.convert_layout(p.to(dtype), p_layout)
+    if PINGPONG:
+        _my_turn(turn_bars, CONSUMER, n_tiles)
     pv = warpgroup_mma(p_op, v_smem.index(last % STAGES), acc, is_async=True)
+    if PINGPONG:
+        mbarrier.arrive(turn_bars.index(other), count=1)
     out = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
     mbarrier.arrive(kv_empty.index(last % STAGES), count=1)
 
@@ -168,7 +221,7 @@ def _consumer(q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, turn_bars, Out
 def attn_fwd_ws(
     q_desc, k_desc, v_desc, Out, LSE, N, qk_scale, tie_tol, beta,
     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-    STABILIZED: gl.constexpr, PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    TIE: gl.constexpr, PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     num_warps: gl.constexpr,
 ):  # fmt: skip
     """One program: 128 query rows (two consumer warpgroups) of one (batch, head)."""
@@ -202,10 +255,10 @@ def attn_fwd_ws(
         [
             (_consumer, (q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, turn_bars, Out, LSE,
                          head_row, start_m, n_tiles, first_masked, qk_scale, tie_tol, beta,
-                         0, HEAD_DIM, BLOCK_N, STAGES, STABILIZED, PINGPONG)),
+                         0, HEAD_DIM, BLOCK_N, STAGES, TIE, PINGPONG)),
             (_consumer, (q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, turn_bars, Out, LSE,
                          head_row, start_m, n_tiles, first_masked, qk_scale, tie_tol, beta,
-                         1, HEAD_DIM, BLOCK_N, STAGES, STABILIZED, PINGPONG)),
+                         1, HEAD_DIM, BLOCK_N, STAGES, TIE, PINGPONG)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, kv_ready,
                          kv_empty, head_row, start_m, n_tiles, BLOCK_N, STAGES)),
         ],
@@ -214,7 +267,7 @@ def attn_fwd_ws(
     )  # fmt: skip
 
 
-def forward(q, k, v, *, causal: bool, stabilized: bool, beta: float = 2.0,
+def forward(q, k, v, *, causal: bool, tie: int, beta: float = 2.0,
             tie_tol: float = 1e-3, block_n: int = 128, stages: int = 2, pingpong: bool = True,
             consumer_regs: int = 240, maxnreg: int = 168):  # fmt: skip
     """Warp-specialised Gluon forward on [B, H, N, D] bf16 contiguous inputs → (O, LSE)."""
@@ -234,19 +287,19 @@ def forward(q, k, v, *, causal: bool, stabilized: bool, beta: float = 2.0,
     grid = (n // (2 * WG), batch * heads)
     attn_fwd_ws[grid](
         q_desc, k_desc, v_desc, o, lse, n, LOG2E / math.sqrt(d), tie_tol * LOG2E, beta,
-        d, block_n, stages, causal, stabilized, pingpong, consumer_regs, num_warps=4,
+        d, block_n, stages, causal, tie, pingpong, consumer_regs, num_warps=4,
         maxnreg=maxnreg, enable_fp_fusion=False,
     )  # fmt: skip
     return o, lse
 
 
+# Numerics variant → (flashprobe preset it must match, TIE switch).
+VARIANTS = {"fa2": ("fa2", 0), "sfa": ("sfa", 1), "sfa-count": ("sfa", 2)}
 CONFIGS = {  # name → forward() keyword arguments, per head dim
-    64: {"n128s2": dict(block_n=128, stages=2), "n128s3": dict(block_n=128, stages=3),
-         "n64s3": dict(block_n=64, stages=3), "n128s2-nopp": dict(block_n=128, stages=2,
-                                                                  pingpong=False)},
+    64: {"n128s3": dict(block_n=128, stages=3), "n128s2-nopp": dict(block_n=128, stages=2,
+                                                                      pingpong=False)},
     128: {"n128s2": dict(block_n=128, stages=2), "n64s3": dict(block_n=64, stages=3),
-          "n128s2-nopp": dict(block_n=128, stages=2, pingpong=False),
-          "n64s2": dict(block_n=64, stages=2)},
+          "n128s2-nopp": dict(block_n=128, stages=2, pingpong=False)},
 }  # fmt: skip
 
 
@@ -257,7 +310,7 @@ def compile_only() -> None:
 
     for d, configs in CONFIGS.items():
         for name, cfg in configs.items():
-            for stabilized in (False, True):
+            for variant, (_, tie) in VARIANTS.items():
                 block_n, stages = cfg["block_n"], cfg["stages"]
                 q_l = gl.NVMMASharedLayout.get_default_for([WG, d], gl.bfloat16)
                 kv_l = gl.NVMMASharedLayout.get_default_for([block_n, d], gl.bfloat16)
@@ -269,7 +322,7 @@ def compile_only() -> None:
                     "qk_scale": "fp32", "tie_tol": "fp32", "beta": "fp32",
                 }  # fmt: skip
                 constexprs = {"HEAD_DIM": d, "BLOCK_N": block_n, "STAGES": stages,
-                              "CAUSAL": True, "STABILIZED": stabilized,
+                              "CAUSAL": True, "TIE": tie,
                               "PINGPONG": cfg.get("pingpong", True), "CONSUMER_REGS": 240,
                               "num_warps": 4}  # fmt: skip
                 for key in constexprs:
@@ -278,7 +331,7 @@ def compile_only() -> None:
                 options = {"num_warps": 4, "enable_fp_fusion": False, "maxnreg": 168}
                 kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
                 ptx = kernel.asm["ptx"]
-                print(f"d{d} {name} stabilized={stabilized}: "
+                print(f"d{d} {name} {variant}: "
                       f"{kernel.metadata.shared} B smem, setmaxnreg "
                       f"{sorted(set(_setmaxnreg(ptx)))}", flush=True)  # fmt: skip
 
@@ -292,6 +345,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--compile-only", action="store_true")
     parser.add_argument("--seqs", type=int, nargs="+", default=[4096, 16384])
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     if args.compile_only:
         compile_only()
@@ -308,37 +362,41 @@ def main() -> None:
     rows = []
     for d in (64, 128):
         for causal in (True, False):
-            for preset in ("fa2", "sfa"):
+            for variant, (preset, tie) in VARIANTS.items():
                 shape = bench.BenchShape(2, 3, 512, d, causal)
                 q, k, v, _ = bench.make_inputs(shape)
                 ref = launch.attention_forward(q, k, v, causal=causal, spec=make_spec(preset),
                                                scale=1 / math.sqrt(d))  # fmt: skip
                 for name, cfg in CONFIGS[d].items():
-                    o, lse = forward(q, k, v, causal=causal, stabilized=preset == "sfa", **cfg)
+                    o, lse = forward(q, k, v, causal=causal, tie=tie, **cfg)
                     torch.cuda.synchronize()
                     err_o = (o.float() - ref.o.float()).abs().max().item()
                     err_lse = (lse - ref.lse).abs().max().item()
                     ok = err_o <= 1e-2 and err_lse <= 1e-4 and not o.isnan().any().item()
                     verdict = "ok" if ok else "MISMATCH"
-                    print(f"check d{d} causal={causal} {preset} {name}: max|ΔO| {err_o:.2e} "
+                    print(f"check d{d} causal={causal} {variant} {name}: max|ΔO| {err_o:.2e} "
                           f"max|ΔLSE| {err_lse:.2e} {verdict}", flush=True)  # fmt: skip
-                    rows.append({"check": True, "head_dim": d, "causal": causal, "preset": preset,
+                    rows.append({"check": True, "head_dim": d, "causal": causal, "variant": variant,
                                  "config": name, "max_abs_o": err_o, "max_abs_lse": err_lse,
                                  "ok": ok})  # fmt: skip
     for shape in bench.default_shapes(args.seqs, (64, 128)):
         q, k, v, do = bench.make_inputs(shape)
         flops = shape.flops("fwd")
         cudnn = bench.Implementation("sdpa-cudnn", sdpa_backend="CUDNN_ATTENTION")
-        times = {"sdpa-cudnn": autotune.time_ms(
-            bench.step_fn(bench.attend_fn(cudnn, shape), q, k, v, do, "fwd"))}  # fmt: skip
+        runs = {"sdpa-cudnn": bench.step_fn(bench.attend_fn(cudnn, shape), q, k, v, do, "fwd")}
         for preset in ("fa2", "sfa"):
-            times[f"triton-{preset}"] = autotune.time_ms(
-                autotune.forward_fn(shape.causal, make_spec(preset), q, k, v)
-            )
+            runs[f"triton-{preset}"] = autotune.forward_fn(shape.causal, make_spec(preset), q, k, v)
+        for variant, (_, tie) in VARIANTS.items():
             for name, cfg in CONFIGS[shape.head_dim].items():
-                run = functools.partial(forward, q, k, v, causal=shape.causal,
-                                        stabilized=preset == "sfa", **cfg)  # fmt: skip
-                times[f"ws-{preset}-{name}"] = autotune.time_ms(run)
+                runs[f"ws-{variant}-{name}"] = functools.partial(
+                    forward, q, k, v, causal=shape.causal, tie=tie, **cfg
+                )
+        # Round-robin rounds, median per implementation (drift hits all alike).
+        samples = {name: [] for name in runs}
+        for _ in range(args.repeats):
+            for name, run in runs.items():
+                samples[name].append(autotune.time_ms(run))
+        times = {name: statistics.median(ms) for name, ms in samples.items()}
         tflops = {name: flops / ms / 1e9 for name, ms in times.items()}
         print(shape.label(), "  ".join(f"{n} {t:.0f}" for n, t in tflops.items()), flush=True)
         rows.append({**shape.__dict__, "tflops": tflops})
