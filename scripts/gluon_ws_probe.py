@@ -296,10 +296,10 @@ def forward(q, k, v, *, causal: bool, tie: int, beta: float = 2.0,
 # Numerics variant → (flashprobe preset it must match, TIE switch).
 VARIANTS = {"fa2": ("fa2", 0), "sfa": ("sfa", 1), "sfa-count": ("sfa", 2)}
 CONFIGS = {  # name → forward() keyword arguments, per head dim
-    64: {"n128s3": dict(block_n=128, stages=3), "n128s2-nopp": dict(block_n=128, stages=2,
-                                                                      pingpong=False)},
-    128: {"n128s2": dict(block_n=128, stages=2), "n64s3": dict(block_n=64, stages=3),
-          "n128s2-nopp": dict(block_n=128, stages=2, pingpong=False)},
+    64: {"n128s3": dict(block_n=128, stages=3), "n128s4": dict(block_n=128, stages=4),
+         "n128s3-nopp": dict(block_n=128, stages=3, pingpong=False)},
+    128: {"n128s2": dict(block_n=128, stages=2), "n128s3": dict(block_n=128, stages=3),
+          "n64s3": dict(block_n=64, stages=3), "n64s4": dict(block_n=64, stages=4)},
 }  # fmt: skip
 
 
