@@ -84,13 +84,14 @@ def _row_max_tied(x, tie_tol, TIE: gl.constexpr):
 
 @gluon.jit
 def _softmax_tile(s, m_i, l_i, cols, rows, qk_scale, tie_tol, beta,
-                  MASK: gl.constexpr, TIE: gl.constexpr):  # fmt: skip
-    """One tile's online-softmax step on the fp32 scores `s`: (P̄ fp32, alpha, new m, new ℓ)."""
+                  MASK: gl.constexpr, TIE: gl.constexpr, SHIFT: gl.constexpr):  # fmt: skip
+    """One tile's online-softmax step on the fp32 scores `s`: (P̄ fp32, alpha, new m, new ℓ,
+    tile row max, tied). SHIFT: the stabilized softmax's m' = beta·r (or 0) on a tied tile."""
     x = s * qk_scale
     if MASK:
         x = gl.where(cols[None, :] <= rows[:, None], x, float("-inf"))
     r, tied = _row_max_tied(x, tie_tol, TIE)
-    if TIE != TIE_NONE:
+    if SHIFT:
         m_tile = gl.where(tied, gl.where(r > 0, beta * r, 0.0), r)
     else:
         m_tile = r
@@ -98,7 +99,17 @@ def _softmax_tile(s, m_i, l_i, cols, rows, qk_scale, tie_tol, beta,
     p = gl.exp2(x - m_new[:, None])
     alpha = gl.exp2(m_i - m_new)
     l_i = l_i * alpha + gl.sum(p, 1)
-    return p, alpha, m_new, l_i
+    return p, alpha, m_new, l_i, r, tied
+
+
+@gluon.jit
+def _count_p_ones(p):
+    """Per row: P̄ entries that round to bf16 1.0 (p >= 1 - 2^-9; see common.count_ones)."""
+    bound = gl.full_like(p, 1.0 - 2.0**-9)
+    ones = gl.inline_asm_elementwise("set.ge.f32.f32 $0, $1, $2;", "=f,f,f", [p, bound],
+                                     dtype=gl.float32, is_pure=True, pack=1)  # fmt: skip
+    bits = gl.sum(ones.to(gl.int32, bitcast=True), 1)
+    return ((bits >> 23) * 383) & 511
 
 
 @gluon.jit
@@ -134,9 +145,11 @@ def _my_turn(turn_bars, CONSUMER: gl.constexpr, k):
 
 @gluon.jit
 def _consumer(q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, turn_bars, Out, LSE,
+              ROW_MAX, TIE_EVENTS, P_ONES,
               head_row, start_m, n_tiles, first_masked, qk_scale, tie_tol, beta,
               CONSUMER: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-              STAGES: gl.constexpr, TIE: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
+              STAGES: gl.constexpr, TIE: gl.constexpr, SHIFT: gl.constexpr,
+              STATS: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
     """One warpgroup: 64 query rows through every key tile, as in gluon_fwd_probe."""
     dtype: gl.constexpr = k_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -157,6 +170,9 @@ def _consumer(q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, turn_bars, Out
     m_i = gl.full([WG_ROWS], float("-inf"), gl.float32, layout=rows_s)
     l_i = gl.zeros([WG_ROWS], gl.float32, layout=rows_s)
     acc = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, layout=o_layout)
+    row_max = gl.full([WG_ROWS], float("-inf"), gl.float32, layout=rows_s)
+    tie_events = gl.zeros([WG_ROWS], gl.int32, layout=rows_s)
+    p_ones = gl.zeros([WG_ROWS], gl.int32, layout=rows_s)
     s_zero = gl.zeros([WG_ROWS, BLOCK_N], gl.float32, layout=s_layout)
     q = q_smem.index(CONSUMER)
 
@@ -170,11 +186,14 @@ def _consumer(q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, turn_bars, Out
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
     cols = gl.arange(0, BLOCK_N, layout=cols_s)
     if first_masked == 0:
-        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, cols, rows, qk_scale, tie_tol, beta,
-                                           True, TIE)  # fmt: skip
+        p, alpha, m_i, l_i, r, tied = _softmax_tile(s, m_i, l_i, cols, rows, qk_scale, tie_tol,
+                                                    beta, True, TIE, SHIFT)  # fmt: skip
     else:
-        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, cols, rows, qk_scale, tie_tol, beta,
-                                           False, TIE)  # fmt: skip
+        p, alpha, m_i, l_i, r, tied = _softmax_tile(s, m_i, l_i, cols, rows, qk_scale, tie_tol,
+                                                    beta, False, TIE, SHIFT)  # fmt: skip
+    if STATS:
+        row_max, tie_events = gl.maximum(row_max, r), tie_events + tied.to(gl.int32)
+        p_ones += _count_p_ones(p)
     p_op = gl.convert_layout(p.to(dtype), p_layout)
     # The turn covers only wgmma issue: the rescale of O and P̄'s conversion happen before it,
     # so the other warpgroup's GEMMs are not held up by this one's ALU work.
@@ -191,14 +210,19 @@ def _consumer(q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, turn_bars, Out
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s_next,))
         cols = (j + 1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=cols_s)
         if j + 1 >= first_masked:
-            p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, cols, rows, qk_scale, tie_tol,
-                                               beta, True, TIE)  # fmt: skip
+            p, alpha, m_i, l_i, r, tied = _softmax_tile(
+                s, m_i, l_i, cols, rows, qk_scale, tie_tol, beta, True, TIE, SHIFT
+            )
         else:
-            p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, cols, rows, qk_scale, tie_tol,
-                                               beta, False, TIE)  # fmt: skip
+            p, alpha, m_i, l_i, r, tied = _softmax_tile(
+                s, m_i, l_i, cols, rows, qk_scale, tie_tol, beta, False, TIE, SHIFT
+            )
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
         mbarrier.arrive(kv_empty.index(j % STAGES), count=1)  # tile j's K and V are consumed
         acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
+        if STATS:
+            row_max, tie_events = gl.maximum(row_max, r), tie_events + tied.to(gl.int32)
+            p_ones += _count_p_ones(p)
         p_op = gl.convert_layout(p.to(dtype), p_layout)
     last = n_tiles - 1
     if PINGPONG:
@@ -215,13 +239,18 @@ def _consumer(q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, turn_bars, Out
     gl.store(Out + (head_row + offs_m)[:, None].to(gl.int64) * HEAD_DIM + offs_d[None, :],
              o.to(dtype))  # fmt: skip
     gl.store(LSE + head_row + rows, (m_i + gl.log2(l_i)) / 1.4426950408889634)
+    if STATS:
+        gl.store(ROW_MAX + head_row + rows, row_max / 1.4426950408889634)
+        gl.store(TIE_EVENTS + head_row + rows, tie_events)
+        gl.store(P_ONES + head_row + rows, p_ones)
 
 
 @gluon.jit
 def attn_fwd_ws(
-    q_desc, k_desc, v_desc, Out, LSE, N, qk_scale, tie_tol, beta,
+    q_desc, k_desc, v_desc, Out, LSE, ROW_MAX, TIE_EVENTS, P_ONES, N, qk_scale, tie_tol, beta,
     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-    TIE: gl.constexpr, PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    TIE: gl.constexpr, SHIFT: gl.constexpr, STATS: gl.constexpr, PINGPONG: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,
     num_warps: gl.constexpr,
 ):  # fmt: skip
     """One program: 128 query rows (two consumer warpgroups) of one (batch, head)."""
@@ -254,11 +283,13 @@ def attn_fwd_ws(
     gl.warp_specialize(
         [
             (_consumer, (q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, turn_bars, Out, LSE,
-                         head_row, start_m, n_tiles, first_masked, qk_scale, tie_tol, beta,
-                         0, HEAD_DIM, BLOCK_N, STAGES, TIE, PINGPONG)),
+                         ROW_MAX, TIE_EVENTS, P_ONES, head_row, start_m, n_tiles, first_masked,
+                         qk_scale, tie_tol, beta, 0, HEAD_DIM, BLOCK_N, STAGES, TIE, SHIFT, STATS,
+                         PINGPONG)),
             (_consumer, (q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, turn_bars, Out, LSE,
-                         head_row, start_m, n_tiles, first_masked, qk_scale, tie_tol, beta,
-                         1, HEAD_DIM, BLOCK_N, STAGES, TIE, PINGPONG)),
+                         ROW_MAX, TIE_EVENTS, P_ONES, head_row, start_m, n_tiles, first_masked,
+                         qk_scale, tie_tol, beta, 1, HEAD_DIM, BLOCK_N, STAGES, TIE, SHIFT, STATS,
+                         PINGPONG)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, kv_ready,
                          kv_empty, head_row, start_m, n_tiles, BLOCK_N, STAGES)),
         ],
@@ -267,17 +298,27 @@ def attn_fwd_ws(
     )  # fmt: skip
 
 
-def forward(q, k, v, *, causal: bool, tie: int, beta: float = 2.0,
+def forward(q, k, v, *, causal: bool, variant: str, beta: float = 2.0,
             tie_tol: float = 1e-3, block_n: int = 128, stages: int = 2, pingpong: bool = True,
             consumer_regs: int = 240, maxnreg: int = 168):  # fmt: skip
-    """Warp-specialised Gluon forward on [B, H, N, D] bf16 contiguous inputs → (O, LSE)."""
+    """Warp-specialised Gluon forward on [B, H, N, D] bf16 contiguous inputs.
+
+    Returns (O, LSE, stats) with stats (row max, tie events, P̄ = 1 count) for "fa2-stats".
+    """
     import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+    _, tie, shift, stats = VARIANTS[variant]
     batch, heads, n, d = q.shape
     assert n % 128 == 0 and q.is_contiguous() and k.is_contiguous() and v.is_contiguous()
     o = torch.empty_like(q)
     lse = torch.empty((batch, heads, n), device=q.device, dtype=torch.float32)
+    if stats:
+        row_max = torch.empty_like(lse)
+        tie_events = torch.empty(lse.shape, device=q.device, dtype=torch.int32)
+        p_ones = torch.empty_like(tie_events)
+    else:
+        row_max, tie_events, p_ones = lse, lse, lse
     q2, k2, v2 = (t.view(batch * heads * n, d) for t in (q, k, v))
     q_layout = gl.NVMMASharedLayout.get_default_for([WG, d], gl.bfloat16)
     kv_layout = gl.NVMMASharedLayout.get_default_for([block_n, d], gl.bfloat16)
@@ -286,20 +327,23 @@ def forward(q, k, v, *, causal: bool, tie: int, beta: float = 2.0,
     v_desc = TensorDescriptor.from_tensor(v2, [block_n, d], kv_layout)
     grid = (n // (2 * WG), batch * heads)
     attn_fwd_ws[grid](
-        q_desc, k_desc, v_desc, o, lse, n, LOG2E / math.sqrt(d), tie_tol * LOG2E, beta,
-        d, block_n, stages, causal, tie, pingpong, consumer_regs, num_warps=4,
-        maxnreg=maxnreg, enable_fp_fusion=False,
+        q_desc, k_desc, v_desc, o, lse, row_max, tie_events, p_ones, n, LOG2E / math.sqrt(d),
+        tie_tol * LOG2E, beta, d, block_n, stages, causal, tie, shift, stats, pingpong,
+        consumer_regs, num_warps=4, maxnreg=maxnreg, enable_fp_fusion=False,
     )  # fmt: skip
-    return o, lse
+    return o, lse, (row_max, tie_events, p_ones) if stats else None
 
 
-# Numerics variant → (flashprobe preset it must match, TIE switch).
-VARIANTS = {"fa2": ("fa2", 0), "sfa": ("sfa", 1), "sfa-count": ("sfa", 2)}
+# Variant → (flashprobe preset it must match, TIE test, SHIFT on ties, STATS outputs).
+VARIANTS = {
+    "fa2": ("fa2", 0, False, False),
+    "sfa": ("sfa", 1, True, False),
+    "sfa-count": ("sfa", 2, True, False),
+    "fa2-stats": ("fa2", 2, False, True),  # flashprobe's instrumentation, ties by counting
+}
 CONFIGS = {  # name → forward() keyword arguments, per head dim
-    64: {"n128s3": dict(block_n=128, stages=3), "n128s4": dict(block_n=128, stages=4),
-         "n128s3-nopp": dict(block_n=128, stages=3, pingpong=False)},
-    128: {"n128s2": dict(block_n=128, stages=2), "n128s3": dict(block_n=128, stages=3),
-          "n64s3": dict(block_n=64, stages=3), "n64s4": dict(block_n=64, stages=4)},
+    64: {"n64s4": dict(block_n=64, stages=4), "n128s3": dict(block_n=128, stages=3)},
+    128: {"n64s4": dict(block_n=64, stages=4), "n128s3": dict(block_n=128, stages=3)},
 }  # fmt: skip
 
 
@@ -310,7 +354,7 @@ def compile_only() -> None:
 
     for d, configs in CONFIGS.items():
         for name, cfg in configs.items():
-            for variant, (_, tie) in VARIANTS.items():
+            for variant, (_, tie, shift, stats) in VARIANTS.items():
                 block_n, stages = cfg["block_n"], cfg["stages"]
                 q_l = gl.NVMMASharedLayout.get_default_for([WG, d], gl.bfloat16)
                 kv_l = gl.NVMMASharedLayout.get_default_for([block_n, d], gl.bfloat16)
@@ -318,11 +362,12 @@ def compile_only() -> None:
                     "q_desc": f"tensordesc<bf16[{WG}, {d}],{q_l!r}>",
                     "k_desc": f"tensordesc<bf16[{block_n}, {d}],{kv_l!r}>",
                     "v_desc": f"tensordesc<bf16[{block_n}, {d}],{kv_l!r}>",
-                    "Out": "*bf16", "LSE": "*fp32", "N": "i32",
+                    "Out": "*bf16", "LSE": "*fp32", "ROW_MAX": "*fp32", "TIE_EVENTS": "*i32",
+                    "P_ONES": "*i32", "N": "i32",
                     "qk_scale": "fp32", "tie_tol": "fp32", "beta": "fp32",
                 }  # fmt: skip
                 constexprs = {"HEAD_DIM": d, "BLOCK_N": block_n, "STAGES": stages,
-                              "CAUSAL": True, "TIE": tie,
+                              "CAUSAL": True, "TIE": tie, "SHIFT": shift, "STATS": stats,
                               "PINGPONG": cfg.get("pingpong", True), "CONSUMER_REGS": 240,
                               "num_warps": 4}  # fmt: skip
                 for key in constexprs:
@@ -362,23 +407,33 @@ def main() -> None:
     rows = []
     for d in (64, 128):
         for causal in (True, False):
-            for variant, (preset, tie) in VARIANTS.items():
-                shape = bench.BenchShape(2, 3, 512, d, causal)
-                q, k, v, _ = bench.make_inputs(shape)
-                ref = launch.attention_forward(q, k, v, causal=causal, spec=make_spec(preset),
-                                               scale=1 / math.sqrt(d))  # fmt: skip
+            shape = bench.BenchShape(2, 3, 512, d, causal)
+            q, k, v, _ = bench.make_inputs(shape)
+            for variant, (preset, _, _, stats) in VARIANTS.items():
                 for name, cfg in CONFIGS[d].items():
-                    o, lse = forward(q, k, v, causal=causal, tie=tie, **cfg)
+                    # The same numerics in flashprobe's Triton kernel: the preset with this
+                    # config's key tile (where the running max is updated).
+                    spec = make_spec(preset, {"block_n": cfg["block_n"]})
+                    ref = launch.attention_forward(q, k, v, causal=causal, spec=spec,
+                                                   scale=d**-0.5, instrument=stats)  # fmt: skip
+                    o, lse, got = forward(q, k, v, causal=causal, variant=variant, **cfg)
                     torch.cuda.synchronize()
-                    err_o = (o.float() - ref.o.float()).abs().max().item()
-                    err_lse = (lse - ref.lse).abs().max().item()
-                    ok = err_o <= 1e-2 and err_lse <= 1e-4 and not o.isnan().any().item()
-                    verdict = "ok" if ok else "MISMATCH"
-                    print(f"check d{d} causal={causal} {variant} {name}: max|ΔO| {err_o:.2e} "
-                          f"max|ΔLSE| {err_lse:.2e} {verdict}", flush=True)  # fmt: skip
-                    rows.append({"check": True, "head_dim": d, "causal": causal, "variant": variant,
-                                 "config": name, "max_abs_o": err_o, "max_abs_lse": err_lse,
-                                 "ok": ok})  # fmt: skip
+                    row = {"check": True, "head_dim": d, "causal": causal, "variant": variant,
+                           "config": name,
+                           "max_abs_o": (o.float() - ref.o.float()).abs().max().item(),
+                           "max_abs_lse": (lse - ref.lse).abs().max().item()}  # fmt: skip
+                    ok = row["max_abs_o"] <= 1e-2 and row["max_abs_lse"] <= 1e-4
+                    ok = ok and not o.isnan().any().item()
+                    if stats:
+                        want = (ref.stats.row_max, ref.stats.tie_events, ref.stats.p_bar_ones)
+                        pairs = zip(got, want, strict=True)
+                        row["stats_equal"] = all(torch.equal(a.view(b.shape), b) for a, b in pairs)
+                        row["tie_events"] = int(want[1].sum())
+                        row["p_bar_ones"] = int(want[2].sum())
+                        ok = ok and row["stats_equal"]
+                    row["ok"] = ok
+                    print(f"check {row}", flush=True)
+                    rows.append(row)
     for shape in bench.default_shapes(args.seqs, (64, 128)):
         q, k, v, do = bench.make_inputs(shape)
         flops = shape.flops("fwd")
@@ -386,10 +441,15 @@ def main() -> None:
         runs = {"sdpa-cudnn": bench.step_fn(bench.attend_fn(cudnn, shape), q, k, v, do, "fwd")}
         for preset in ("fa2", "sfa"):
             runs[f"triton-{preset}"] = autotune.forward_fn(shape.causal, make_spec(preset), q, k, v)
-        for variant, (_, tie) in VARIANTS.items():
+        runs["triton-fa2-stats"] = autotune.forward_fn(shape.causal, make_spec("fa2"), q, k, v,
+                                                       instrument=True)  # fmt: skip
+        runs["triton-fa2-bn128"] = autotune.forward_fn(
+            shape.causal, make_spec("fa2", {"block_n": 128}), q, k, v
+        )
+        for variant in VARIANTS:
             for name, cfg in CONFIGS[shape.head_dim].items():
                 runs[f"ws-{variant}-{name}"] = functools.partial(
-                    forward, q, k, v, causal=shape.causal, tie=tie, **cfg
+                    forward, q, k, v, causal=shape.causal, variant=variant, **cfg
                 )
         # Round-robin rounds, median per implementation (drift hits all alike).
         samples = {name: [] for name in runs}
