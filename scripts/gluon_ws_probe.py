@@ -113,14 +113,15 @@ def _count_p_ones(p):
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty,
-              head_row, start_m, n_tiles, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
-    """One warp: both Q tiles, then K/V tile j into stage j % STAGES once both consumers are
-    done with it."""
-    for c in gl.static_range(2):
+def _producer(loads, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr):
+    """One warp: every consumer's Q tile, then K/V tile j into stage j % STAGES once every
+    consumer is done with that stage."""
+    q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty = loads[:9]
+    head_row, start_m, n_tiles = loads[9:]
+    for c in gl.static_range(CONSUMERS):
         mbarrier.expect(q_bars.index(c), q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(
-            q_desc, [head_row + start_m * 2 * WG_ROWS + c * WG_ROWS, 0], q_bars.index(c),
+            q_desc, [head_row + (start_m * CONSUMERS + c) * WG_ROWS, 0], q_bars.index(c),
             q_smem.index(c),
         )  # fmt: skip
     for j in range(n_tiles):
@@ -144,13 +145,13 @@ def _my_turn(turn_bars, CONSUMER: gl.constexpr, k):
 
 
 @gluon.jit
-def _consumer(q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, turn_bars, Out, LSE,
-              ROW_MAX, TIE_EVENTS, P_ONES,
-              head_row, start_m, n_tiles, first_masked, qk_scale, tie_tol, beta,
-              CONSUMER: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-              STAGES: gl.constexpr, TIE: gl.constexpr, SHIFT: gl.constexpr,
+def _consumer(shared, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr,
+              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, TIE: gl.constexpr, SHIFT: gl.constexpr,
               STATS: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
     """One warpgroup: 64 query rows through every key tile, as in gluon_fwd_probe."""
+    q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, turn_bars = shared[:7]
+    Out, LSE, ROW_MAX, TIE_EVENTS, P_ONES = shared[7:12]
+    N, head_row, start_m, n_tiles, first_masked, qk_scale, tie_tol, beta = shared[12:]
     dtype: gl.constexpr = k_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
@@ -163,9 +164,9 @@ def _consumer(q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, turn_bars, Out
     cols_s: gl.constexpr = gl.SliceLayout(0, s_layout)
     rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     cols_o: gl.constexpr = gl.SliceLayout(0, o_layout)
-    other: gl.constexpr = 1 - CONSUMER
+    other: gl.constexpr = (CONSUMER + 1) % CONSUMERS  # whose turn comes after this one's
 
-    row0 = start_m * 2 * WG_ROWS + CONSUMER * WG_ROWS
+    row0 = (start_m * CONSUMERS + CONSUMER) * WG_ROWS
     rows = row0 + gl.arange(0, WG_ROWS, layout=rows_s)
     m_i = gl.full([WG_ROWS], float("-inf"), gl.float32, layout=rows_s)
     l_i = gl.zeros([WG_ROWS], gl.float32, layout=rows_s)
@@ -236,13 +237,15 @@ def _consumer(q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, turn_bars, Out
     o = out / gl.convert_layout(l_i, rows_o)[:, None]
     offs_m = row0 + gl.arange(0, WG_ROWS, layout=rows_o)
     offs_d = gl.arange(0, HEAD_DIM, layout=cols_o)
+    # Rows past N (a CTA of three warpgroups need not divide N) belong to the next head.
     gl.store(Out + (head_row + offs_m)[:, None].to(gl.int64) * HEAD_DIM + offs_d[None, :],
-             o.to(dtype))  # fmt: skip
-    gl.store(LSE + head_row + rows, (m_i + gl.log2(l_i)) / 1.4426950408889634)
+             o.to(dtype), mask=(offs_m < N)[:, None])  # fmt: skip
+    ok = rows < N
+    gl.store(LSE + head_row + rows, (m_i + gl.log2(l_i)) / 1.4426950408889634, mask=ok)
     if STATS:
-        gl.store(ROW_MAX + head_row + rows, row_max / 1.4426950408889634)
-        gl.store(TIE_EVENTS + head_row + rows, tie_events)
-        gl.store(P_ONES + head_row + rows, p_ones)
+        gl.store(ROW_MAX + head_row + rows, row_max / 1.4426950408889634, mask=ok)
+        gl.store(TIE_EVENTS + head_row + rows, tie_events, mask=ok)
+        gl.store(P_ONES + head_row + rows, p_ones, mask=ok)
 
 
 @gluon.jit
@@ -250,57 +253,82 @@ def attn_fwd_ws(
     q_desc, k_desc, v_desc, Out, LSE, ROW_MAX, TIE_EVENTS, P_ONES, N, qk_scale, tie_tol, beta,
     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
     TIE: gl.constexpr, SHIFT: gl.constexpr, STATS: gl.constexpr, PINGPONG: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr,
-    num_warps: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, CONSUMERS: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
-    """One program: 128 query rows (two consumer warpgroups) of one (batch, head)."""
+    """One program: CONSUMERS·64 query rows (one consumer warpgroup each) of one (batch, head)."""
     gl.static_assert(num_warps == 4)
     dtype: gl.constexpr = q_desc.dtype
     start_m = gl.program_id(0)
     head_row = gl.program_id(1) * N  # first row of this (batch, head) in the [B·H·N, D] views
 
-    q_smem = gl.allocate_shared_memory(dtype, [2, WG_ROWS, HEAD_DIM], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, WG_ROWS, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
-    q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    turn_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    q_bars = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    turn_bars = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
     kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for c in gl.static_range(2):
+    for c in gl.static_range(CONSUMERS):
         mbarrier.init(q_bars.index(c), count=1)
         mbarrier.init(turn_bars.index(c), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(kv_ready.index(i), count=1)
-        mbarrier.init(kv_empty.index(i), count=2)  # one arrival per consumer
+        mbarrier.init(kv_empty.index(i), count=CONSUMERS)  # one arrival per consumer
 
     if CAUSAL:
-        n_tiles = gl.cdiv(gl.minimum((start_m + 1) * 2 * WG_ROWS, N), BLOCK_N)
-        first_masked = (start_m * 2 * WG_ROWS) // BLOCK_N
+        n_tiles = gl.cdiv(gl.minimum((start_m + 1) * CONSUMERS * WG_ROWS, N), BLOCK_N)
+        first_masked = (start_m * CONSUMERS * WG_ROWS) // BLOCK_N
     else:
         n_tiles = N // BLOCK_N
         first_masked = n_tiles
 
-    gl.warp_specialize(
-        [
-            (_consumer, (q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, turn_bars, Out, LSE,
-                         ROW_MAX, TIE_EVENTS, P_ONES, head_row, start_m, n_tiles, first_masked,
-                         qk_scale, tie_tol, beta, 0, HEAD_DIM, BLOCK_N, STAGES, TIE, SHIFT, STATS,
-                         PINGPONG)),
-            (_consumer, (q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, turn_bars, Out, LSE,
-                         ROW_MAX, TIE_EVENTS, P_ONES, head_row, start_m, n_tiles, first_masked,
-                         qk_scale, tie_tol, beta, 1, HEAD_DIM, BLOCK_N, STAGES, TIE, SHIFT, STATS,
-                         PINGPONG)),
-            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, kv_ready,
-                         kv_empty, head_row, start_m, n_tiles, BLOCK_N, STAGES)),
-        ],
-        [4, 1],
-        [CONSUMER_REGS, 24],
-    )  # fmt: skip
+    shared = (q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, turn_bars, Out, LSE, ROW_MAX,
+              TIE_EVENTS, P_ONES, N, head_row, start_m, n_tiles, first_masked, qk_scale, tie_tol,
+              beta)  # fmt: skip
+    loads = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, head_row,
+             start_m, n_tiles)  # fmt: skip
+    # The default partition is consumer 0; workers: the other consumers, then the producer.
+    if CONSUMERS == 2:
+        gl.warp_specialize(
+            [
+                (
+                    _consumer,
+                    (shared, 0, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, TIE, SHIFT, STATS, PINGPONG),
+                ),
+                (
+                    _consumer,
+                    (shared, 1, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, TIE, SHIFT, STATS, PINGPONG),
+                ),
+                (_producer, (loads, BLOCK_N, STAGES, CONSUMERS)),
+            ],
+            [4, 1],
+            [CONSUMER_REGS, 24],
+        )
+    else:
+        gl.warp_specialize(
+            [
+                (
+                    _consumer,
+                    (shared, 0, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, TIE, SHIFT, STATS, PINGPONG),
+                ),
+                (
+                    _consumer,
+                    (shared, 1, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, TIE, SHIFT, STATS, PINGPONG),
+                ),
+                (
+                    _consumer,
+                    (shared, 2, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, TIE, SHIFT, STATS, PINGPONG),
+                ),
+                (_producer, (loads, BLOCK_N, STAGES, CONSUMERS)),
+            ],
+            [4, 4, 1],
+            [CONSUMER_REGS, CONSUMER_REGS, 24],
+        )
 
 
 def forward(q, k, v, *, causal: bool, variant: str, beta: float = 2.0,
             tie_tol: float = 1e-3, block_n: int = 128, stages: int = 2, pingpong: bool = True,
-            consumer_regs: int = 240, maxnreg: int = 168):  # fmt: skip
+            consumers: int = 2):  # fmt: skip
     """Warp-specialised Gluon forward on [B, H, N, D] bf16 contiguous inputs.
 
     Returns (O, LSE, stats) with stats (row max, tie events, P̄ = 1 count) for "fa2-stats".
@@ -325,11 +353,15 @@ def forward(q, k, v, *, causal: bool, variant: str, beta: float = 2.0,
     q_desc = TensorDescriptor.from_tensor(q2, [WG, d], q_layout)
     k_desc = TensorDescriptor.from_tensor(k2, [block_n, d], kv_layout)
     v_desc = TensorDescriptor.from_tensor(v2, [block_n, d], kv_layout)
-    grid = (n // (2 * WG), batch * heads)
+    grid = (triton.cdiv(n, consumers * WG), batch * heads)
+    # Registers per thread: the launch limit spread over every warpgroup (the producer's
+    # included), then reallocated: the producer keeps 24, the consumers share the rest.
+    maxnreg = {2: 168, 3: 128}[consumers]
+    consumer_regs = {2: 240, 3: 160}[consumers]
     attn_fwd_ws[grid](
         q_desc, k_desc, v_desc, o, lse, row_max, tie_events, p_ones, n, LOG2E / math.sqrt(d),
         tie_tol * LOG2E, beta, d, block_n, stages, causal, tie, shift, stats, pingpong,
-        consumer_regs, num_warps=4, maxnreg=maxnreg, enable_fp_fusion=False,
+        consumer_regs, consumers, num_warps=4, maxnreg=maxnreg, enable_fp_fusion=False,
     )  # fmt: skip
     return o, lse, (row_max, tie_events, p_ones) if stats else None
 
@@ -342,8 +374,11 @@ VARIANTS = {
     "fa2-stats": ("fa2", 2, False, True),  # flashprobe's instrumentation, ties by counting
 }
 CONFIGS = {  # name → forward() keyword arguments, per head dim
-    64: {"n64s4": dict(block_n=64, stages=4), "n128s3": dict(block_n=128, stages=3)},
-    128: {"n64s4": dict(block_n=64, stages=4), "n128s3": dict(block_n=128, stages=3)},
+    64: {"n128s3": dict(block_n=128, stages=3),
+         "c3-n64s4": dict(block_n=64, stages=4, consumers=3),
+         "c3-n128s3": dict(block_n=128, stages=3, consumers=3)},
+    128: {"n64s4": dict(block_n=64, stages=4), "n128s3": dict(block_n=128, stages=3),
+          "c3-n64s4": dict(block_n=64, stages=4, consumers=3)},
 }  # fmt: skip
 
 
@@ -356,6 +391,7 @@ def compile_only() -> None:
         for name, cfg in configs.items():
             for variant, (_, tie, shift, stats) in VARIANTS.items():
                 block_n, stages = cfg["block_n"], cfg["stages"]
+                consumers = cfg.get("consumers", 2)
                 q_l = gl.NVMMASharedLayout.get_default_for([WG, d], gl.bfloat16)
                 kv_l = gl.NVMMASharedLayout.get_default_for([block_n, d], gl.bfloat16)
                 signature = {
@@ -368,12 +404,14 @@ def compile_only() -> None:
                 }  # fmt: skip
                 constexprs = {"HEAD_DIM": d, "BLOCK_N": block_n, "STAGES": stages,
                               "CAUSAL": True, "TIE": tie, "SHIFT": shift, "STATS": stats,
-                              "PINGPONG": cfg.get("pingpong", True), "CONSUMER_REGS": 240,
-                              "num_warps": 4}  # fmt: skip
+                              "PINGPONG": cfg.get("pingpong", True),
+                              "CONSUMER_REGS": {2: 240, 3: 160}[consumers],
+                              "CONSUMERS": consumers, "num_warps": 4}  # fmt: skip
                 for key in constexprs:
                     signature[key] = "constexpr"
                 src = GluonASTSource(attn_fwd_ws, signature, constexprs)
-                options = {"num_warps": 4, "enable_fp_fusion": False, "maxnreg": 168}
+                options = {"num_warps": 4, "enable_fp_fusion": False,
+                           "maxnreg": {2: 168, 3: 128}[consumers]}  # fmt: skip
                 kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
                 ptx = kernel.asm["ptx"]
                 print(f"d{d} {name} {variant}: "
