@@ -429,6 +429,9 @@ def main() -> None:
     parser.add_argument("--compile-only", action="store_true")
     parser.add_argument("--seqs", type=int, nargs="+", default=[4096, 16384])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-checks", action="store_true")
+    parser.add_argument("--skip", nargs="*", default=[],
+                        help="variant:config pairs not to time")  # fmt: skip
     args = parser.parse_args()
     if args.compile_only:
         compile_only()
@@ -443,7 +446,7 @@ def main() -> None:
 
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for d in (64, 128):
+    for d in () if args.no_checks else (64, 128):
         for causal in (True, False):
             shape = bench.BenchShape(2, 3, 512, d, causal)
             q, k, v, _ = bench.make_inputs(shape)
@@ -486,6 +489,8 @@ def main() -> None:
         )
         for variant in VARIANTS:
             for name, cfg in CONFIGS[shape.head_dim].items():
+                if f"{variant}:{name}" in args.skip:
+                    continue
                 runs[f"ws-{variant}-{name}"] = functools.partial(
                     forward, q, k, v, causal=shape.causal, variant=variant, **cfg
                 )
