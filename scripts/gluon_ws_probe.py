@@ -18,9 +18,12 @@ FA3 has beyond it is this structure, which this probe builds:
 * register reallocation (`setmaxnreg`, Gluon's worker register counts): the producer gives its
   registers to the consumers.
 
-Numerics are `fa2`'s (and, with a TIE test, `sfa`'s tie shift), as in `gluon_fwd_probe`; the
-check compares O and LSE against flashprobe's Triton forward. Scope: bf16, head dim 64/128,
-sequence a multiple of 128, causal or not, no instrumentation.
+Variants (VARIANTS): `fa2`; `sfa` with the tie test from the two largest scores or by counting
+the scores within the tolerance (both exact); `fa2-stats`, flashprobe's instrumentation (row max,
+tied tiles, P̄ = 1 count). Each is checked against flashprobe's Triton forward of the same preset
+with the same key tile (O, LSE and the stats; on the H200 they agree bit for bit) and timed
+round-robin beside the Triton kernel and SDPA cuDNN. Scope: bf16, contiguous inputs, head dim
+64/128, sequence a multiple of the key tile, causal or not. Results: bench/KERNELS_H200.md.
 """
 
 from __future__ import annotations
@@ -287,48 +290,25 @@ def attn_fwd_ws(
               beta)  # fmt: skip
     loads = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, head_row,
              start_m, n_tiles)  # fmt: skip
-    # The default partition is consumer 0; workers: the other consumers, then the producer.
-    if CONSUMERS == 2:
-        gl.warp_specialize(
-            [
-                (
-                    _consumer,
-                    (shared, 0, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, TIE, SHIFT, STATS, PINGPONG),
-                ),
-                (
-                    _consumer,
-                    (shared, 1, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, TIE, SHIFT, STATS, PINGPONG),
-                ),
-                (_producer, (loads, BLOCK_N, STAGES, CONSUMERS)),
-            ],
-            [4, 1],
-            [CONSUMER_REGS, 24],
-        )
-    else:
-        gl.warp_specialize(
-            [
-                (
-                    _consumer,
-                    (shared, 0, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, TIE, SHIFT, STATS, PINGPONG),
-                ),
-                (
-                    _consumer,
-                    (shared, 1, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, TIE, SHIFT, STATS, PINGPONG),
-                ),
-                (
-                    _consumer,
-                    (shared, 2, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, TIE, SHIFT, STATS, PINGPONG),
-                ),
-                (_producer, (loads, BLOCK_N, STAGES, CONSUMERS)),
-            ],
-            [4, 4, 1],
-            [CONSUMER_REGS, CONSUMER_REGS, 24],
-        )
+    # The default partition is consumer 0; workers: consumer 1, then the producer. (A variant
+    # with three consumers, 160 registers each, hung on the H200: bench/KERNELS_H200.md.)
+    gl.static_assert(CONSUMERS == 2)
+    gl.warp_specialize(
+        [
+            (_consumer, (shared, 0, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, TIE, SHIFT, STATS,
+                         PINGPONG)),
+            (_consumer, (shared, 1, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, TIE, SHIFT, STATS,
+                         PINGPONG)),
+            (_producer, (loads, BLOCK_N, STAGES, CONSUMERS)),
+        ],
+        [4, 1],
+        [CONSUMER_REGS, 24],
+    )  # fmt: skip
 
 
 def forward(q, k, v, *, causal: bool, variant: str, beta: float = 2.0,
-            tie_tol: float = 1e-3, block_n: int = 128, stages: int = 2, pingpong: bool = True,
-            consumers: int = 2):  # fmt: skip
+            tie_tol: float = 1e-3, block_n: int = 128, stages: int = 2,
+            pingpong: bool = True):  # fmt: skip
     """Warp-specialised Gluon forward on [B, H, N, D] bf16 contiguous inputs.
 
     Returns (O, LSE, stats) with stats (row max, tie events, P̄ = 1 count) for "fa2-stats".
@@ -338,7 +318,7 @@ def forward(q, k, v, *, causal: bool, variant: str, beta: float = 2.0,
 
     _, tie, shift, stats = VARIANTS[variant]
     batch, heads, n, d = q.shape
-    assert n % 128 == 0 and q.is_contiguous() and k.is_contiguous() and v.is_contiguous()
+    assert n % block_n == 0 and q.is_contiguous() and k.is_contiguous() and v.is_contiguous()
     o = torch.empty_like(q)
     lse = torch.empty((batch, heads, n), device=q.device, dtype=torch.float32)
     if stats:
@@ -353,15 +333,14 @@ def forward(q, k, v, *, causal: bool, variant: str, beta: float = 2.0,
     q_desc = TensorDescriptor.from_tensor(q2, [WG, d], q_layout)
     k_desc = TensorDescriptor.from_tensor(k2, [block_n, d], kv_layout)
     v_desc = TensorDescriptor.from_tensor(v2, [block_n, d], kv_layout)
-    grid = (triton.cdiv(n, consumers * WG), batch * heads)
-    # Registers per thread: the launch limit spread over every warpgroup (the producer's
-    # included), then reallocated: the producer keeps 24, the consumers share the rest.
-    maxnreg = {2: 168, 3: 128}[consumers]
-    consumer_regs = {2: 240, 3: 160}[consumers]
+    grid = (triton.cdiv(n, 2 * WG), batch * heads)
+    # Registers per thread: the launch limit (168) over all three warpgroups, the producer's
+    # included, then reallocated: the producer keeps 24 and each consumer gets 240.
+    maxnreg, consumer_regs = 168, 240
     attn_fwd_ws[grid](
         q_desc, k_desc, v_desc, o, lse, row_max, tie_events, p_ones, n, LOG2E / math.sqrt(d),
         tie_tol * LOG2E, beta, d, block_n, stages, causal, tie, shift, stats, pingpong,
-        consumer_regs, consumers, num_warps=4, maxnreg=maxnreg, enable_fp_fusion=False,
+        consumer_regs, 2, num_warps=4, maxnreg=maxnreg, enable_fp_fusion=False,
     )  # fmt: skip
     return o, lse, (row_max, tie_events, p_ones) if stats else None
 
@@ -374,11 +353,8 @@ VARIANTS = {
     "fa2-stats": ("fa2", 2, False, True),  # flashprobe's instrumentation, ties by counting
 }
 CONFIGS = {  # name → forward() keyword arguments, per head dim
-    64: {"n128s3": dict(block_n=128, stages=3),
-         "c3-n64s4": dict(block_n=64, stages=4, consumers=3),
-         "c3-n128s3": dict(block_n=128, stages=3, consumers=3)},
-    128: {"n64s4": dict(block_n=64, stages=4), "n128s3": dict(block_n=128, stages=3),
-          "c3-n64s4": dict(block_n=64, stages=4, consumers=3)},
+    64: {"n64s4": dict(block_n=64, stages=4), "n128s3": dict(block_n=128, stages=3)},
+    128: {"n64s4": dict(block_n=64, stages=4), "n128s3": dict(block_n=128, stages=3)},
 }  # fmt: skip
 
 
@@ -391,7 +367,6 @@ def compile_only() -> None:
         for name, cfg in configs.items():
             for variant, (_, tie, shift, stats) in VARIANTS.items():
                 block_n, stages = cfg["block_n"], cfg["stages"]
-                consumers = cfg.get("consumers", 2)
                 q_l = gl.NVMMASharedLayout.get_default_for([WG, d], gl.bfloat16)
                 kv_l = gl.NVMMASharedLayout.get_default_for([block_n, d], gl.bfloat16)
                 signature = {
@@ -405,13 +380,12 @@ def compile_only() -> None:
                 constexprs = {"HEAD_DIM": d, "BLOCK_N": block_n, "STAGES": stages,
                               "CAUSAL": True, "TIE": tie, "SHIFT": shift, "STATS": stats,
                               "PINGPONG": cfg.get("pingpong", True),
-                              "CONSUMER_REGS": {2: 240, 3: 160}[consumers],
-                              "CONSUMERS": consumers, "num_warps": 4}  # fmt: skip
+                              "CONSUMER_REGS": 240, "CONSUMERS": 2,
+                              "num_warps": 4}  # fmt: skip
                 for key in constexprs:
                     signature[key] = "constexpr"
                 src = GluonASTSource(attn_fwd_ws, signature, constexprs)
-                options = {"num_warps": 4, "enable_fp_fusion": False,
-                           "maxnreg": {2: 168, 3: 128}[consumers]}  # fmt: skip
+                options = {"num_warps": 4, "enable_fp_fusion": False, "maxnreg": 168}
                 kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
                 ptx = kernel.asm["ptx"]
                 print(f"d{d} {name} {variant}: "
