@@ -64,3 +64,45 @@ def test_presets_map_to_the_variants_the_tuned_file_holds() -> None:
     tuned = json.loads((tuning.TUNED_DIR / "sm90.json").read_text())
     for variant in ("onepass", "onepass-stab", "onepass-stats"):
         assert tuning.fwd_key(64, True, 64, "bf16", variant) in tuned
+
+
+_SPILL_CHECK = """
+import json, sys
+from flashprobe.kernels import launch, sass, tuning
+from flashprobe.spec import make_spec
+
+spills = {}
+for head_dim, block_n in json.loads(sys.argv[1]):
+    spec = make_spec("fa2", {"block_n": block_n})
+    variant = launch.forward_variant(spec, False, True)
+    config = tuning.forward_config("sm00", head_dim, True, block_n, "bf16", variant)
+    constexprs = {"HEAD_DIM": head_dim, "BLOCK_M": config.block_m, "BLOCK_N": block_n,
+                  "TWO_PASS": False, "CAUSAL": True, "INTERPRET": False,
+                  **launch.forward_switches(spec, instrument=True, keep_o_fp32=False)}
+    loop = sass.first_loop(sass.forward_sass(constexprs, config.num_warps, config.num_stages))
+    assert loop, "no key-tile loop found in the SASS"
+    spills[f"d{head_dim} bn{block_n}"] = sass.local_memory_ops(loop)
+print(json.dumps(spills))
+"""
+
+
+def test_heuristic_forward_configs_do_not_spill_registers_on_sm90() -> None:
+    """Untuned shapes (another GPU, fp16, a 128-key tile) get the heuristic configs. Compiled
+    for sm_90 (Triton's bundled ptxas, no GPU), the instrumented forward, the heaviest one-pass
+    variant, has no local-memory traffic in its key-tile loop. The 4-warp config this replaced
+    spilled there at d 64 with 128-key tiles and ran 35–45% slower on the H200
+    (bench/KERNELS_H200.md)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    shapes = [[64, 128], [128, 128], [64, 64]]
+    result = subprocess.run(
+        [sys.executable, "-c", _SPILL_CHECK, json.dumps(shapes)],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    spills = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(spills) == len(shapes)
+    assert spills == dict.fromkeys(spills, 0)

@@ -1,0 +1,87 @@
+"""The forward kernel compiled for an sm_90 GPU on any machine (no GPU needed), read as SASS.
+
+Triton ships ptxas and nvdisasm, so `forward_sass` gives the machine code a Hopper launch
+would run. Two uses: `scripts/sass_loop.py` counts the hot loop's instructions per key tile
+(bench/KERNELS_H200.md), and the tests check that the heuristic launch configs never spill
+registers inside that loop. Compiling needs the real compiler: TRITON_INTERPRET must be unset
+when `flashprobe.kernels` is first imported (the tests run it in a subprocess).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+_POINTERS = {
+    **dict.fromkeys(("Q", "K", "V", "Out"), "*bf16"),
+    **dict.fromkeys(("O32", "LSE", "ROW_MAX"), "*fp32"),
+    **dict.fromkeys(("TIE_EVENTS", "P_ONES"), "*i32"),
+}
+_INTS = {"H", "M", "N", "tile_n"}
+_INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", re.M)
+
+
+def forward_sass(constexprs: dict[str, Any], num_warps: int, num_stages: int) -> str:
+    """SASS text of `attn_fwd_kernel` for sm_90a with these constexprs (bf16 inputs).
+
+    Pointers and strides are specialised as a launch with 16-aligned ones would be.
+    """
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+
+    from flashprobe.kernels.forward import attn_fwd_kernel
+
+    if not hasattr(attn_fwd_kernel, "arg_names"):
+        raise RuntimeError("compiling needs TRITON_INTERPRET unset when flashprobe is imported")
+    target = GPUTarget("cuda", 90, 32)
+    names = attn_fwd_kernel.arg_names
+    signature = {}
+    for name in names:
+        if name in constexprs:
+            signature[name] = "constexpr"
+        elif name in _POINTERS:
+            signature[name] = _POINTERS[name]
+        elif name.startswith("stride") or name in _INTS:
+            signature[name] = "i32"
+        else:
+            signature[name] = "fp32"
+    divisible = make_backend(target).parse_attr("D")  # "divisible by 16"
+    attrs = {(i,): divisible for i, n in enumerate(names) if signature[n][0] in "*i"}
+    source = ASTSource(fn=attn_fwd_kernel, signature=signature, constexprs=constexprs,
+                       attrs=attrs)  # fmt: skip
+    options = {"num_warps": num_warps, "num_stages": num_stages, "enable_fp_fusion": False}
+    kernel = triton.compile(source, target=target, options=options)
+    nvdisasm = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = Path(tmp) / "kernel.cubin"
+        cubin.write_bytes(kernel.asm["cubin"])
+        return subprocess.run([str(nvdisasm), "-c", str(cubin)], capture_output=True,
+                              text=True, check=True).stdout  # fmt: skip
+
+
+def opcodes(sass: str) -> list[str]:
+    """Every instruction's opcode, in order (predicates dropped)."""
+    return _INSTRUCTION.findall(sass)
+
+
+def first_loop(sass: str) -> list[str]:
+    """Opcodes of the first backward-branching loop (label .L_x_N ... BRA `(.L_x_N))."""
+    lines = sass.splitlines()
+    for end, line in enumerate(lines):
+        branch = re.search(r"BRA `\((\.L_x_\d+)\)", line)
+        if not branch:
+            continue
+        label = branch.group(1) + ":"
+        starts = [i for i in range(end) if lines[i].strip().startswith(label)]
+        if starts:
+            return opcodes("\n".join(lines[starts[0] : end + 1]))
+    return []
+
+
+def local_memory_ops(ops: list[str]) -> int:
+    """Register spill traffic among these opcodes: local-memory loads and stores (LDL, STL)."""
+    return sum(op in ("LDL", "STL") for op in ops)
