@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from flashprobe.kernels.common import _top2_combine  # noqa: E402
+from flashprobe.kernels.common import _top2_combine, count_at_least  # noqa: E402
 
 LOG2E = 1.4426950408889634
 WG = 64  # query rows per consumer warpgroup (one m64 wgmma)
@@ -60,6 +60,7 @@ WG_ROWS = gl.constexpr(WG)
 TIE_NONE = gl.constexpr(0)  # fa2: no tie test
 TIE_TOP2 = gl.constexpr(1)  # sfa: the two largest scores, from ordered neighbour pairs
 TIE_COUNT = gl.constexpr(2)  # sfa: count the scores within the tolerance of the row max
+P_ONE_FROM = gl.constexpr(1.0 - 2.0**-9)  # fp32 P̄ >= this rounds to bf16 1.0 (common.count_ones)
 
 
 @gluon.jit
@@ -69,18 +70,13 @@ def _row_max_tied(x, tie_tol, TIE: gl.constexpr):
         a, b = x.reshape([x.shape[0], x.shape[1] // 2, 2]).split()
         r, second = gl.reduce((gl.maximum(a, b), gl.minimum(a, b)), 1, _top2_combine)
         rows: gl.constexpr = gl.SliceLayout(1, x.type.layout)
-        r = gl.convert_layout(r, rows)  # the same registers: no data movement
+        r = gl.convert_layout(r, rows)  # an equivalent layout: same rows per thread
         second = gl.convert_layout(second, rows)
         return r, (second >= r - tie_tol) & (r > float("-inf"))
     else:
         r = gl.max(x, 1)
-        if TIE == TIE_COUNT:
-            # One FSET per score writing 1.0f/0.0f, summed as int32 (see common.count_at_least).
-            bound = (r - tie_tol)[:, None].broadcast_to(x.shape)
-            ones = gl.inline_asm_elementwise("set.ge.f32.f32 $0, $1, $2;", "=f,f,f", [x, bound],
-                                             dtype=gl.float32, is_pure=True, pack=1)  # fmt: skip
-            bits = gl.sum(ones.to(gl.int32, bitcast=True), 1)
-            return r, ((((bits >> 23) * 383) & 511) >= 2) & (r > float("-inf"))
+        if TIE == TIE_COUNT:  # one FSET per score, summed as integers (common.count_at_least)
+            return r, (count_at_least(x, r - tie_tol, False) >= 2) & (r > float("-inf"))
         else:
             return r, r != r  # no tie test: never tied
 
@@ -103,16 +99,6 @@ def _softmax_tile(s, m_i, l_i, cols, rows, qk_scale, tie_tol, beta,
     alpha = gl.exp2(m_i - m_new)
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, alpha, m_new, l_i, r, tied
-
-
-@gluon.jit
-def _count_p_ones(p):
-    """Per row: P̄ entries that round to bf16 1.0 (p >= 1 - 2^-9; see common.count_ones)."""
-    bound = gl.full_like(p, 1.0 - 2.0**-9)
-    ones = gl.inline_asm_elementwise("set.ge.f32.f32 $0, $1, $2;", "=f,f,f", [p, bound],
-                                     dtype=gl.float32, is_pure=True, pack=1)  # fmt: skip
-    bits = gl.sum(ones.to(gl.int32, bitcast=True), 1)
-    return ((bits >> 23) * 383) & 511
 
 
 @gluon.jit
@@ -197,7 +183,7 @@ def _consumer(shared, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, HEAD_DIM:
                                                     beta, False, TIE, SHIFT)  # fmt: skip
     if STATS:
         row_max, tie_events = gl.maximum(row_max, r), tie_events + tied.to(gl.int32)
-        p_ones += _count_p_ones(p)
+        p_ones += count_at_least(p, gl.full_like(r, P_ONE_FROM), False)
     p_op = gl.convert_layout(p.to(dtype), p_layout)
     # The turn covers only wgmma issue: the rescale of O and P̄'s conversion happen before it,
     # so the other warpgroup's GEMMs are not held up by this one's ALU work.
@@ -226,7 +212,7 @@ def _consumer(shared, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, HEAD_DIM:
         acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
         if STATS:
             row_max, tie_events = gl.maximum(row_max, r), tie_events + tied.to(gl.int32)
-            p_ones += _count_p_ones(p)
+            p_ones += count_at_least(p, gl.full_like(r, P_ONE_FROM), False)
         p_op = gl.convert_layout(p.to(dtype), p_layout)
     last = n_tiles - 1
     if PINGPONG:

@@ -21,7 +21,7 @@ _POINTERS = {
     **dict.fromkeys(("TIE_EVENTS", "P_ONES"), "*i32"),
 }
 _INTS = {"H", "M", "N", "tile_n"}
-_INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", re.M)
+_INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", re.M)
 
 
 def forward_sass(constexprs: dict[str, Any], num_warps: int, num_stages: int) -> str:
