@@ -226,7 +226,7 @@ def _consumer(shared, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, HEAD_DIM:
     o = out / gl.convert_layout(l_i, rows_o)[:, None]
     offs_m = row0 + gl.arange(0, WG_ROWS, layout=rows_o)
     offs_d = gl.arange(0, HEAD_DIM, layout=cols_o)
-    # Rows past N (a CTA of three warpgroups need not divide N) belong to the next head.
+    # Rows past N (N need not be a multiple of the 128 rows of a program) are the next head.
     gl.store(Out + (head_row + offs_m)[:, None].to(gl.int64) * HEAD_DIM + offs_d[None, :],
              o.to(dtype), mask=(offs_m < N)[:, None])  # fmt: skip
     ok = rows < N
