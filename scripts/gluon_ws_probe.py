@@ -55,6 +55,10 @@ from flashprobe.kernels.common import _top2_combine, count_at_least  # noqa: E40
 LOG2E = 1.4426950408889634
 WG = 64  # query rows per consumer warpgroup (one m64 wgmma)
 WG_ROWS = gl.constexpr(WG)
+# Consumer warpgroups per program. (Three, with 160 registers each, hung on the H200:
+# bench/KERNELS_H200.md, sixth measurement.)
+N_CONSUMERS = 2
+CONSUMERS = gl.constexpr(N_CONSUMERS)
 
 
 TIE_NONE = gl.constexpr(0)  # fa2: no tie test
@@ -102,7 +106,7 @@ def _softmax_tile(s, m_i, l_i, cols, rows, qk_scale, tie_tol, beta,
 
 
 @gluon.jit
-def _producer(loads, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr):
+def _producer(loads, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     """One warp: every consumer's Q tile, then K/V tile j into stage j % STAGES once every
     consumer is done with that stage."""
     q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty = loads[:9]
@@ -134,9 +138,9 @@ def _my_turn(turn_bars, CONSUMER: gl.constexpr, k):
 
 
 @gluon.jit
-def _consumer(shared, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr,
-              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, TIE: gl.constexpr, SHIFT: gl.constexpr,
-              STATS: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
+def _consumer(shared, CONSUMER: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+              STAGES: gl.constexpr, TIE: gl.constexpr, SHIFT: gl.constexpr, STATS: gl.constexpr,
+              PINGPONG: gl.constexpr):  # fmt: skip
     """One warpgroup: 64 query rows through every key tile, as in gluon_fwd_probe."""
     q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, turn_bars = shared[:7]
     Out, LSE, ROW_MAX, TIE_EVENTS, P_ONES = shared[7:12]
@@ -242,9 +246,9 @@ def attn_fwd_ws(
     q_desc, k_desc, v_desc, Out, LSE, ROW_MAX, TIE_EVENTS, P_ONES, N, qk_scale, tie_tol, beta,
     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
     TIE: gl.constexpr, SHIFT: gl.constexpr, STATS: gl.constexpr, PINGPONG: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, CONSUMERS: gl.constexpr, num_warps: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
-    """One program: CONSUMERS·64 query rows (one consumer warpgroup each) of one (batch, head)."""
+    """One program: 128 query rows (two consumer warpgroups) of one (batch, head)."""
     gl.static_assert(num_warps == 4)
     dtype: gl.constexpr = q_desc.dtype
     start_m = gl.program_id(0)
@@ -276,16 +280,14 @@ def attn_fwd_ws(
               beta)  # fmt: skip
     loads = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, kv_ready, kv_empty, head_row,
              start_m, n_tiles)  # fmt: skip
-    # The default partition is consumer 0; workers: consumer 1, then the producer. (A variant
-    # with three consumers, 160 registers each, hung on the H200: bench/KERNELS_H200.md.)
-    gl.static_assert(CONSUMERS == 2)
+    # The default partition is consumer 0; workers: consumer 1, then the producer.
     gl.warp_specialize(
         [
-            (_consumer, (shared, 0, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, TIE, SHIFT, STATS,
+            (_consumer, (shared, 0, HEAD_DIM, BLOCK_N, STAGES, TIE, SHIFT, STATS,
                          PINGPONG)),
-            (_consumer, (shared, 1, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, TIE, SHIFT, STATS,
+            (_consumer, (shared, 1, HEAD_DIM, BLOCK_N, STAGES, TIE, SHIFT, STATS,
                          PINGPONG)),
-            (_producer, (loads, BLOCK_N, STAGES, CONSUMERS)),
+            (_producer, (loads, BLOCK_N, STAGES)),
         ],
         [4, 1],
         [CONSUMER_REGS, 24],
@@ -319,14 +321,14 @@ def forward(q, k, v, *, causal: bool, variant: str, beta: float = 2.0,
     q_desc = TensorDescriptor.from_tensor(q2, [WG, d], q_layout)
     k_desc = TensorDescriptor.from_tensor(k2, [block_n, d], kv_layout)
     v_desc = TensorDescriptor.from_tensor(v2, [block_n, d], kv_layout)
-    grid = (triton.cdiv(n, 2 * WG), batch * heads)
+    grid = (triton.cdiv(n, N_CONSUMERS * WG), batch * heads)
     # Registers per thread: the launch limit (168) over all three warpgroups, the producer's
     # included, then reallocated: the producer keeps 24 and each consumer gets 240.
     maxnreg, consumer_regs = 168, 240
     attn_fwd_ws[grid](
         q_desc, k_desc, v_desc, o, lse, row_max, tie_events, p_ones, n, LOG2E / math.sqrt(d),
         tie_tol * LOG2E, beta, d, block_n, stages, causal, tie, shift, stats, pingpong,
-        consumer_regs, 2, num_warps=4, maxnreg=maxnreg, enable_fp_fusion=False,
+        consumer_regs, num_warps=4, maxnreg=maxnreg, enable_fp_fusion=False,
     )  # fmt: skip
     return o, lse, (row_max, tie_events, p_ones) if stats else None
 
@@ -366,7 +368,7 @@ def compile_only() -> None:
                 constexprs = {"HEAD_DIM": d, "BLOCK_N": block_n, "STAGES": stages,
                               "CAUSAL": True, "TIE": tie, "SHIFT": shift, "STATS": stats,
                               "PINGPONG": cfg.get("pingpong", True),
-                              "CONSUMER_REGS": 240, "CONSUMERS": 2,
+                              "CONSUMER_REGS": 240,
                               "num_warps": 4}  # fmt: skip
                 for key in constexprs:
                     signature[key] = "constexpr"
