@@ -84,55 +84,28 @@ def count_at_least(x, threshold, INTERPRET: tl.constexpr):
         return ((bits >> 23) * 383) & 511
 
 
-#: Columns of a P̄ = 1 count accumulator: the narrowest matrix-unit tile (every column is equal).
-ONES_COLS = tl.constexpr(16)
-
-
 @triton.jit
-def is_one(p_low, INTERPRET: tl.constexpr):
-    """1 where the 16-bit tile `p_low` is exactly 1, else 0 (same dtype).
-
-    On the GPU one packed compare (`set.eq.bf16x2` / `.f16x2`, SASS HSET2) decides two entries
-    and writes 1.0 or 0.0 into each half: the operand a matrix product can take as it is.
-    """
-    if INTERPRET:  # its bool → 16-bit float cast is broken: select in fp32, then cast
-        return tl.where(p_low.to(tl.float32) == 1.0, 1.0, 0.0).to(p_low.dtype)
-    elif p_low.dtype == tl.bfloat16:
-        return tl.inline_asm_elementwise(
-            "{ .reg .b32 one; mov.b32 one, 0x3F803F80; set.eq.bf16x2.bf16x2 $0, $1, one; }",
-            "=r,r", [p_low], dtype=tl.bfloat16, is_pure=True, pack=2)  # fmt: skip
-    else:
-        return tl.inline_asm_elementwise(
-            "{ .reg .b32 one; mov.b32 one, 0x3C003C00; set.eq.f16x2.f16x2 $0, $1, one; }",
-            "=r,r", [p_low], dtype=tl.float16, is_pure=True, pack=2)  # fmt: skip
-
-
-@triton.jit
-def count_ones(p, counts, P_LOW: tl.constexpr, FUSED: tl.constexpr, LOW: tl.constexpr,
+def count_ones(p, P_LOW: tl.constexpr, FUSED: tl.constexpr, LOW: tl.constexpr,
                INTERPRET: tl.constexpr):  # fmt: skip
-    """`counts` ([rows, ONES_COLS] fp32) plus, in every column, how many entries per row of the
-    fp32 P̄ tile `p` are exactly 1 as the P̄V product sees them (after rounding to LOW when
-    P_LOW). `ones_total` reads the result.
+    """Per row of the fp32 P̄ tile `p`: how many entries are exactly 1 as the P̄V product sees
+    them (after the rounding to LOW when P_LOW), decided on fp32 `p` itself.
 
-    Rounded P̄: the 0/1 tile times a ones matrix on the matrix units (as P̄V itself), so the
-    softmax pays one packed compare per two entries and no sums or shuffles. Counts stay exact
-    in fp32 up to 2^24. fp32 P̄: one compare per entry (only the fused exponent can exceed 1).
+    Rounded to nearest even with `mant` stored mantissa bits, p becomes 1 exactly when
+    1 - 2^-(mant+2) <= p <= 1 + 2^-(mant+1) (both midpoints round to 1, the even neighbour).
+    Only the fused exponent can exceed 1 (by its rounding residual), so only it needs the upper
+    bound; otherwise p <= 1 and "p is 1" is "p >= the lower bound", a single compare
+    (`count_at_least`; bench/KERNELS_H200.md has the instruction counts).
     """
-    if P_LOW:
-        ind = is_one(to_low(p, LOW, INTERPRET), INTERPRET)
-        return dot_low(ind, tl.full([p.shape[1], ONES_COLS], 1.0, LOW), counts, INTERPRET)
-    else:
-        if FUSED:
-            n = tl.sum((p == 1.0).to(tl.int32), 1)
+    mant: tl.constexpr = LOW.fp_mantissa_width
+    if FUSED:
+        if P_LOW:
+            is_one = (p >= 1.0 - 2.0 ** -(mant + 2)) & (p <= 1.0 + 2.0 ** -(mant + 1))
         else:
-            n = count_at_least(p, tl.full([p.shape[0]], 1.0, tl.float32), INTERPRET)
-        return counts + n.to(tl.float32)[:, None]
-
-
-@triton.jit
-def ones_total(counts):
-    """The per-row count held by a `count_ones` accumulator, as int32."""
-    return tl.max(counts, 1).to(tl.int32)
+            is_one = p == 1.0
+        return tl.sum(is_one.to(tl.int32), 1)
+    else:
+        lower: tl.constexpr = 1.0 - 2.0 ** -(mant + 2) if P_LOW else 1.0
+        return count_at_least(p, tl.full([p.shape[0]], lower, tl.float32), INTERPRET)
 
 
 @triton.jit

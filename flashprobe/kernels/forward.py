@@ -41,15 +41,12 @@ import triton
 import triton.language as tl
 
 from flashprobe.kernels.common import (
-    ONES_COLS,
     causal_valid,
-    count_at_least,
     count_ones,
     dot_low,
     dot_maybe_low,
     head_offsets,
     load_rows,
-    ones_total,
     rnd,
     scores_log2,
     to_low,
@@ -105,27 +102,6 @@ def _tile_l(p, P_LOW: tl.constexpr, L_FROM_ROUNDED: tl.constexpr, LOW: tl.conste
 
 
 @triton.jit
-def _tile_max_and_tie(x, tie_tol, SOFTMAX: tl.constexpr, INSTRUMENT: tl.constexpr,
-                      INTERPRET: tl.constexpr):  # fmt: skip
-    """The tile's row max r and whether more than one score lies within `tie_tol` of it.
-
-    The stabilized softmax needs the tie before its exponent: one two-largest reduction is the
-    shortest path there. Instrumentation alone only records it, so after the plain row max a
-    count of scores >= r − tol (fewer instructions, off the exponent's path) decides the same.
-    """
-    if SOFTMAX == _STABILIZED:
-        r, second = top2(x)
-        tied = (second >= r - tie_tol) & (r > float("-inf"))
-    elif INSTRUMENT:
-        r = tl.max(x, 1)
-        tied = (count_at_least(x, r - tie_tol, INTERPRET) >= 2) & (r > float("-inf"))
-    else:
-        r = tl.max(x, 1)
-        tied = r > 0  # unused
-    return r, tied
-
-
-@triton.jit
 def _record_tile(row_max, tie_events, r, tied):
     """Instrumentation per logical tile: the row max logit and one tie event per tied tile."""
     return tl.maximum(row_max, r), tie_events + tied.to(tl.int32)
@@ -163,7 +139,12 @@ def _fwd_one_pass(
         offs_n = start + tl.arange(0, BLOCK_N)
         s_raw, x = _scores(q, k_base, stride_kn, offs_m, offs_n, offs_d, N, scale, qk_scale,
                            MASKED, CAUSAL, SCORE_LOW, LOW, INTERPRET)  # fmt: skip
-        r, tied = _tile_max_and_tie(x, tie_tol, SOFTMAX, INSTRUMENT, INTERPRET)
+        if (SOFTMAX == _STABILIZED) or INSTRUMENT:
+            r, second = top2(x)
+            tied = (second >= r - tie_tol) & (r > float("-inf"))
+        else:
+            r = tl.max(x, 1)
+            tied = r > 0  # unused
         m_new = _tile_running_max(m_i, r, tied, beta, SOFTMAX)
         p = _p_bar(s_raw, x, m_new, qk_scale, SOFTMAX)
         alpha = tl.exp2(m_i - m_new)
@@ -178,7 +159,7 @@ def _fwd_one_pass(
         m_i = m_new
         if INSTRUMENT:
             row_max, tie_events = _record_tile(row_max, tie_events, r, tied)
-            p_ones = count_ones(p, p_ones, P_LOW, SOFTMAX == _FUSED_SCALE, LOW, INTERPRET)
+            p_ones += count_ones(p, P_LOW, SOFTMAX == _FUSED_SCALE, LOW, INTERPRET)
     return acc, l_i, m_i, row_max, tie_events, p_ones
 
 
@@ -226,7 +207,7 @@ def _fwd_two_pass(
             v = load_rows(v_base, offs_n, offs_d, stride_vn, N, True)
             pv = dot_maybe_low(p, v, pv, P_LOW, LOW, INTERPRET)
             if INSTRUMENT:
-                p_ones = count_ones(p, p_ones, P_LOW, SOFTMAX == _FUSED_SCALE, LOW, INTERPRET)
+                p_ones += count_ones(p, P_LOW, SOFTMAX == _FUSED_SCALE, LOW, INTERPRET)
         if ACC_LOW:
             acc = _accumulate(acc, pv, alpha, LOW, INTERPRET)
         else:
@@ -277,7 +258,7 @@ def attn_fwd_kernel(
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     row_max = tl.full([BLOCK_M], float("-inf"), tl.float32)
     tie_events = tl.zeros([BLOCK_M], dtype=tl.int32)
-    p_ones = tl.zeros([BLOCK_M, ONES_COLS], dtype=tl.float32)
+    p_ones = tl.zeros([BLOCK_M], dtype=tl.int32)
 
     # Keys past the causal diagonal of the tile's last row are masked for every row: skip them.
     if CAUSAL:
@@ -327,4 +308,4 @@ def attn_fwd_kernel(
     if INSTRUMENT:
         tl.store(ROW_MAX + row_ptrs, row_max / 1.4426950408889634, mask=row_ok)
         tl.store(TIE_EVENTS + row_ptrs, tie_events, mask=row_ok)
-        tl.store(P_ONES + row_ptrs, ones_total(p_ones), mask=row_ok)
+        tl.store(P_ONES + row_ptrs, p_ones, mask=row_ok)

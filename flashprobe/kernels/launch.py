@@ -7,6 +7,7 @@ combination in use, never a copied kernel). Launch sizes come from `flashprobe.k
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,25 +161,30 @@ def attention_forward(
     if config is None:
         two_pass = one_pass_n > tuning.MAX_ONE_PASS_N
         config = _forward_config(q, head_dim, causal, spec, two_pass, instrument)
-    two_pass = one_pass_n > config.max_one_pass
-    block_n = config.sub_n if two_pass else one_pass_n
-    block_m = config.block_m
-    if spec.block_m is not None and spec.block_m <= 128 and not interpreting():
-        block_m = spec.block_m  # honoured where it fits in registers; numerically inert
-    grid = (triton.cdiv(seq_q, block_m), batch * heads)
-    attn_fwd_kernel[grid](
-        q, k, v, o, o32, lse, row_max, tie_events, p_ones,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        o.stride(0), o.stride(1), o.stride(2),
-        heads, seq_q, seq_k, max(logical_n, 1),
-        scale, scale * LOG2E, spec.tie_tolerance * LOG2E, spec.beta,
-        HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, TWO_PASS=two_pass, CAUSAL=causal,
-        **forward_switches(spec, instrument=instrument, keep_o_fp32=keep_o_fp32),
-        INTERPRET=interpreting(),
-        num_warps=config.num_warps, num_stages=config.num_stages, **_NO_FP_FUSION,
-    )  # fmt: skip
+
+    def launch(config: tuning.FwdConfig) -> None:
+        two_pass = one_pass_n > config.max_one_pass
+        block_n = config.sub_n if two_pass else one_pass_n
+        block_m = config.block_m
+        if spec.block_m is not None and spec.block_m <= 128 and not interpreting():
+            block_m = spec.block_m  # honoured where it fits in registers; numerically inert
+        grid = (triton.cdiv(seq_q, block_m), batch * heads)
+        attn_fwd_kernel[grid](
+            q, k, v, o, o32, lse, row_max, tie_events, p_ones,
+            q.stride(0), q.stride(1), q.stride(2),
+            k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2),
+            o.stride(0), o.stride(1), o.stride(2),
+            heads, seq_q, seq_k, max(logical_n, 1),
+            scale, scale * LOG2E, spec.tie_tolerance * LOG2E, spec.beta,
+            HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, TWO_PASS=two_pass,
+            CAUSAL=causal, **forward_switches(spec, instrument=instrument, keep_o_fp32=keep_o_fp32),
+            INTERPRET=interpreting(),
+            num_warps=config.num_warps, num_stages=config.num_stages, **_NO_FP_FUSION,
+        )  # fmt: skip
+
+    key = ("fwd", q.device, q.dtype, head_dim, causal, spec, instrument, keep_o_fp32, one_pass_n)
+    _launch_fitting(launch, config, key)
     stats = None
     if instrument:
         stats = AttentionStats(lse=lse, row_max=row_max, tie_events=tie_events, p_bar_ones=p_ones)
@@ -265,31 +271,65 @@ def attention_backward(
     fp32_dots = spec.p_bar_precision == "fp32" or spec.ds_precision == "fp32"
     if config is None:
         config = _backward_config(q, head_dim, causal, fp32_dots)
-    grid = (
-        max(triton.cdiv(seq_k, config.block_n1), triton.cdiv(seq_q, config.block_m2)),
-        batch * heads,
-    )
-    attn_bwd_kernel[grid](
-        q, k, v, do, dq, dk, dv, lse, delta,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        do.stride(0), do.stride(1), do.stride(2),
-        dq.stride(0), dq.stride(1), dq.stride(2),
-        dk.stride(0), dk.stride(1), dk.stride(2),
-        heads, seq_q, seq_k, scale, scale * LOG2E,
-        HEAD_DIM=head_dim,
-        BLOCK_M1=config.block_m1, BLOCK_N1=config.block_n1,
-        BLOCK_M2=config.block_m2, BLOCK_N2=config.block_n2,
-        CAUSAL=causal, SCORE_LOW=spec.score_precision == "bf16",
-        FUSED=spec.softmax == "fused_scale", P_LOW=spec.p_bar_precision == "bf16",
-        DS_LOW=spec.ds_precision == "bf16", INTERPRET=interpreting(),
-        num_warps=config.num_warps, num_stages=config.num_stages, **_NO_FP_FUSION,
-    )  # fmt: skip
+
+    def launch(config: tuning.BwdConfig) -> None:
+        grid = (
+            max(triton.cdiv(seq_k, config.block_n1), triton.cdiv(seq_q, config.block_m2)),
+            batch * heads,
+        )
+        attn_bwd_kernel[grid](
+            q, k, v, do, dq, dk, dv, lse, delta,
+            q.stride(0), q.stride(1), q.stride(2),
+            k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2),
+            do.stride(0), do.stride(1), do.stride(2),
+            dq.stride(0), dq.stride(1), dq.stride(2),
+            dk.stride(0), dk.stride(1), dk.stride(2),
+            heads, seq_q, seq_k, scale, scale * LOG2E,
+            HEAD_DIM=head_dim,
+            BLOCK_M1=config.block_m1, BLOCK_N1=config.block_n1,
+            BLOCK_M2=config.block_m2, BLOCK_N2=config.block_n2,
+            CAUSAL=causal, SCORE_LOW=spec.score_precision == "bf16",
+            FUSED=spec.softmax == "fused_scale", P_LOW=spec.p_bar_precision == "bf16",
+            DS_LOW=spec.ds_precision == "bf16", INTERPRET=interpreting(),
+            num_warps=config.num_warps, num_stages=config.num_stages, **_NO_FP_FUSION,
+        )  # fmt: skip
+
+    _launch_fitting(launch, config, ("bwd", q.device, q.dtype, head_dim, causal, spec))
     return dq, dk, dv
 
 
 # -- helpers ----------------------------------------------------------------------------------
+#: The config that fitted, per (kernel variant and device, config asked for).
+_FITTED: dict[tuple, Any] = {}
+
+
+def _launch_fitting(launch: Callable[[Any], None], config: Any, key: tuple) -> None:
+    """`launch(config)`, or with the first of `tuning.smaller_configs` that fits in shared memory.
+
+    Untuned shapes can ask for more shared memory than the GPU has: 128-key tiles at d 256
+    on an H200 (288 KB against 227 KB), or at d 128 on a GPU with less (an A100 has 164 KB).
+    Triton then refuses at launch, before anything runs, so the same launch is retried
+    smaller; the config that fitted is remembered for the next call. When none fits, a
+    FlashprobeError names the problem.
+    """
+    from triton.runtime.errors import OutOfResources
+
+    fitted = _FITTED.get((key, config))
+    for candidate in [fitted] if fitted else [config, *tuning.smaller_configs(config)]:
+        try:
+            launch(candidate)
+        except OutOfResources as error:
+            last = error
+            continue
+        _FITTED[(key, config)] = candidate
+        return
+    raise FlashprobeError(
+        f"no {key[0]} launch config fits this GPU's shared memory ({last}); try a narrower "
+        "block_n, a 16-bit P̄ or a smaller head dim"
+    )
+
+
 def _forward_config(
     q: torch.Tensor, head_dim: int, causal: bool, spec: KernelSpec, two_pass: bool,
     instrument: bool,

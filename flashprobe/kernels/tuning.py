@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -130,6 +130,20 @@ def backward_config(arch: str, head_dim: int, causal: bool, dtype: str, variant:
     if variant == "dot32":
         return BwdConfig(32, 64, 64, 32, num_warps=4, num_stages=2)
     return BwdConfig(32, 128, 128, 32, num_warps=4, num_stages=3 if head_dim > 64 else 5)
+
+
+def smaller_configs(config: FwdConfig | BwdConfig) -> list[FwdConfig | BwdConfig]:
+    """Configs to try, in order, when `config` needs more shared memory than the GPU has.
+
+    First fewer K/V pipeline stages (same tiles); then, for a forward whose one-pass key tile
+    is wider than its sub-tile, the two-pass path over sub-tiles (the same logical tile: only
+    the fp32 summation order changes).
+    """
+    fewer = [replace(config, num_stages=s) for s in range(config.num_stages - 1, 0, -1)]
+    if isinstance(config, FwdConfig) and config.max_one_pass > config.sub_n:
+        split = replace(config, max_one_pass=config.sub_n)
+        fewer += [replace(split, num_stages=s) for s in range(min(config.num_stages, 2), 0, -1)]
+    return fewer
 
 
 def config_dict(config: FwdConfig | BwdConfig) -> dict[str, int]:

@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from flashprobe.kernels import launch
-from flashprobe.kernels.common import ONES_COLS, count_at_least, count_ones, ones_total, top2
+from flashprobe.kernels.common import count_at_least, count_ones, top2
 
 INTERPRETED = launch.interpreting()
 DEVICES = [
@@ -45,12 +45,10 @@ def _row_helpers_kernel(X, THRESHOLD, TOP, SECOND, AT_LEAST, ONES_BF16, ONES_FP1
     tl.store(TOP + rows, first)
     tl.store(SECOND + rows, second)
     tl.store(AT_LEAST + rows, count_at_least(x, tl.load(THRESHOLD + rows), INTERPRET))
-    zero = tl.zeros([ROWS, ONES_COLS], tl.float32)
-    for out, p_low, fused, low in ((ONES_BF16, True, False, tl.bfloat16),
-                                   (ONES_FP16, True, False, tl.float16),
-                                   (ONES_FUSED, True, True, tl.bfloat16),
-                                   (ONES_FP32, False, False, tl.bfloat16)):  # fmt: skip
-        tl.store(out + rows, ones_total(count_ones(x, zero, p_low, fused, low, INTERPRET)))
+    tl.store(ONES_BF16 + rows, count_ones(x, True, False, tl.bfloat16, INTERPRET))
+    tl.store(ONES_FP16 + rows, count_ones(x, True, False, tl.float16, INTERPRET))
+    tl.store(ONES_FUSED + rows, count_ones(x, True, True, tl.bfloat16, INTERPRET))
+    tl.store(ONES_FP32 + rows, count_ones(x, False, False, tl.bfloat16, INTERPRET))
 
 
 def row_helpers(x: torch.Tensor, threshold: torch.Tensor | None = None) -> dict[str, torch.Tensor]:

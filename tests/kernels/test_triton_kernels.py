@@ -175,6 +175,17 @@ def test_key_shift_leak_within_gate_of_the_pytorch_reference(
     assert math.isfinite(leak) and leak <= 2 * ref + 1e-3, f"leak {leak:.2e}, reference {ref:.2e}"
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAVE_GPU, reason="no GPU")
+@pytest.mark.parametrize("p_bar", ["bf16", "fp32"])
+def test_wide_key_tiles_at_head_dim_256_step_down_to_fit_shared_memory(p_bar: str) -> None:
+    """d 256 with 128-key tiles: the heuristic config needs 288 KB (bf16 P̄) or 384 KB (fp32 P̄)
+    of shared memory, more than an H200's 227 KB; the launch retries with fewer stages."""
+    q, k, v, do = qkv_do(1, 2, 600, 600, 256, torch.bfloat16, "cuda", seed=5)
+    spec = make_spec("fa2", {"block_n": 128, "p_bar_precision": p_bar})
+    check_gate(q, k, v, do, spec, causal=True, label=f"d256 bn128 P̄ {p_bar}")
+
+
 def check_gate(q, k, v, do, spec, causal, label=""):
     o, stats, dq, dk, dv = run_kernel(q, k, v, do, spec, causal)
     gold = golden_forward(q, k, v, causal=causal)

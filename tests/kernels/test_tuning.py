@@ -106,3 +106,15 @@ def test_heuristic_forward_configs_do_not_spill_registers_on_sm90() -> None:
     spills = json.loads(result.stdout.strip().splitlines()[-1])
     assert len(spills) == len(shapes)
     assert spills == dict.fromkeys(spills, 0)
+
+
+def test_smaller_configs_drop_stages_then_split_the_key_tile() -> None:
+    config = tuning.FwdConfig(block_m=64, sub_n=64, num_warps=4, num_stages=3, max_one_pass=128)
+    got = [(c.num_stages, c.max_one_pass) for c in tuning.smaller_configs(config)]
+    assert got == [(2, 128), (1, 128), (2, 64), (1, 64)]
+    assert all(c.block_m == 64 and c.num_warps == 4 for c in tuning.smaller_configs(config))
+    one_pass_only = tuning.FwdConfig(block_m=64, sub_n=64, num_warps=4, num_stages=1,
+                                     max_one_pass=64)  # fmt: skip
+    assert tuning.smaller_configs(one_pass_only) == []
+    bwd = tuning.BwdConfig(32, 128, 128, 32, num_warps=4, num_stages=3)
+    assert [c.num_stages for c in tuning.smaller_configs(bwd)] == [2, 1]

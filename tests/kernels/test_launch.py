@@ -1,0 +1,59 @@
+"""Launch plumbing (flashprobe.kernels.launch) that needs no kernel: the shared-memory fallback.
+
+The kernels themselves are tested in test_triton_kernels.py; a GPU case there runs a shape
+whose heuristic config does not fit in the H200's shared memory.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():  # before the kernels are imported (see conftest.py)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from triton.runtime.errors import OutOfResources
+
+from flashprobe.errors import FlashprobeError
+from flashprobe.kernels import launch
+from flashprobe.kernels.tuning import FwdConfig
+
+CONFIG = FwdConfig(block_m=64, sub_n=64, num_warps=4, num_stages=3, max_one_pass=128)
+
+
+class FakeGpu:
+    """Launches that need more shared memory than `limit` are refused, as Triton refuses them."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.tried = limit, []
+
+    def launch(self, config: FwdConfig) -> None:
+        self.tried.append((config.num_stages, config.max_one_pass))
+        need = 100 * config.num_stages + config.max_one_pass  # stand-in for bytes
+        if need > self.limit:
+            raise OutOfResources(need, self.limit, "shared memory")
+
+
+def test_a_config_that_does_not_fit_is_retried_smaller_and_remembered() -> None:
+    gpu = FakeGpu(limit=250)
+    key = ("fwd", "test-fits", 256)
+    launch._launch_fitting(gpu.launch, CONFIG, key)
+    assert gpu.tried == [(3, 128), (2, 128), (1, 128)]
+    gpu.tried.clear()
+    launch._launch_fitting(gpu.launch, CONFIG, key)
+    assert gpu.tried == [(1, 128)], "the config that fitted is used straight away next time"
+
+
+def test_the_key_tile_is_split_when_fewer_stages_are_not_enough() -> None:
+    gpu = FakeGpu(limit=210)
+    launch._launch_fitting(gpu.launch, CONFIG, ("fwd", "test-split", 256))
+    assert gpu.tried[-1] == (1, 64)
+
+
+def test_no_config_fits_raises_a_flashprobe_error() -> None:
+    gpu = FakeGpu(limit=10)
+    with pytest.raises(FlashprobeError, match="no fwd launch config fits this GPU"):
+        launch._launch_fitting(gpu.launch, CONFIG, ("fwd", "test-none", 256))
+    assert len(gpu.tried) == 5
