@@ -42,6 +42,7 @@ import triton.language as tl
 
 from flashprobe.kernels.common import (
     causal_valid,
+    count_at_least,
     count_ones,
     dot_low,
     dot_maybe_low,
@@ -102,6 +103,28 @@ def _tile_l(p, P_LOW: tl.constexpr, L_FROM_ROUNDED: tl.constexpr, LOW: tl.conste
 
 
 @triton.jit
+def _tile_max_and_tie(x, tie_tol, SOFTMAX: tl.constexpr, INSTRUMENT: tl.constexpr,
+                      HEAD_DIM: tl.constexpr, INTERPRET: tl.constexpr):  # fmt: skip
+    """One key tile's row max r and whether more than one score lies within `tie_tol` of it.
+
+    Two exact forms of the same test: the two largest scores in one reduction (which also
+    yields r), or r first and then a count of scores >= r − tol. On the H200 the count was
+    faster for the stabilized forward at d 64 and slower at d 128 and when instrumenting
+    (bench/KERNELS_H200.md), hence the choice by head dim.
+    """
+    if (SOFTMAX == _STABILIZED) and (not INSTRUMENT) and (HEAD_DIM <= 64):
+        r = tl.max(x, 1)
+        tied = (count_at_least(x, r - tie_tol, INTERPRET) >= 2) & (r > float("-inf"))
+    elif (SOFTMAX == _STABILIZED) or INSTRUMENT:
+        r, second = top2(x)
+        tied = (second >= r - tie_tol) & (r > float("-inf"))
+    else:
+        r = tl.max(x, 1)
+        tied = r > 0  # unused
+    return r, tied
+
+
+@triton.jit
 def _record_tile(row_max, tie_events, r, tied):
     """Instrumentation per logical tile: the row max logit and one tie event per tied tile."""
     return tl.maximum(row_max, r), tie_events + tied.to(tl.int32)
@@ -139,12 +162,7 @@ def _fwd_one_pass(
         offs_n = start + tl.arange(0, BLOCK_N)
         s_raw, x = _scores(q, k_base, stride_kn, offs_m, offs_n, offs_d, N, scale, qk_scale,
                            MASKED, CAUSAL, SCORE_LOW, LOW, INTERPRET)  # fmt: skip
-        if (SOFTMAX == _STABILIZED) or INSTRUMENT:
-            r, second = top2(x)
-            tied = (second >= r - tie_tol) & (r > float("-inf"))
-        else:
-            r = tl.max(x, 1)
-            tied = r > 0  # unused
+        r, tied = _tile_max_and_tie(x, tie_tol, SOFTMAX, INSTRUMENT, HEAD_DIM, INTERPRET)
         m_new = _tile_running_max(m_i, r, tied, beta, SOFTMAX)
         p = _p_bar(s_raw, x, m_new, qk_scale, SOFTMAX)
         alpha = tl.exp2(m_i - m_new)
