@@ -173,7 +173,7 @@ def main() -> None:
             sweep_rows.append({"preset": preset, "head_dim": d, "causal": c, "config": cfg,
                                "ms": ms, "tflops": tflops})  # fmt: skip
             print(f"sweep {preset} d{d} {'causal' if c else 'full'} {cfg}: {tflops:.1f}")
-    result = {"environment": environment(), "rows": rows, "sweep": sweep_rows}
+    result = {"environment": environment("cuda"), "rows": rows, "sweep": sweep_rows}
     (args.out / "ab_forward.json").write_text(json.dumps(result, indent=1, default=str))
 
 

@@ -88,7 +88,7 @@ def bench_command(
                 "repeats": repeats,
             },
             "specs": {i.name: i.spec.to_dict() for i in impls if i.spec is not None},
-            "environment": environment(),
+            "environment": environment("cuda"),
             "timings": [t.to_dict() for t in timings],
         }
         write_text_new(json_path, json.dumps(payload, indent=2))

@@ -25,3 +25,21 @@ def test_bench_rejects_zero_repeats(run_cli) -> None:
     assert result.code == 2
     assert "repeats must be at least 1" in result.err
     assert len(result.err.strip().splitlines()) == 1
+
+
+def test_bench_json_records_the_gpu_it_ran_on(run_cli, tmp_path, monkeypatch) -> None:
+    """The JSON's environment names the CUDA device (its GPU model where one is visible)."""
+    import json
+
+    from flashprobe.experiments import benchmark
+    from flashprobe.reporting import bench_table
+
+    monkeypatch.setattr(benchmark, "run_benchmark", lambda *args, **kwargs: [])
+    monkeypatch.setattr(bench_table, "bench_tables", lambda timings, impls: "no timings")
+    path = tmp_path / "bench.json"
+    result = run_cli("bench", "--seq", "1024", "--json", str(path))
+    assert result.code == 0, result.err
+    env = json.loads(path.read_text())["environment"]
+    assert env["device"] == "cuda"
+    if torch.cuda.is_available():
+        assert env["gpu"] == torch.cuda.get_device_name(0)
