@@ -177,13 +177,13 @@ def test_key_shift_leak_within_gate_of_the_pytorch_reference(
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAVE_GPU, reason="no GPU")
-@pytest.mark.parametrize("p_bar", ["bf16", "fp32"])
-def test_wide_key_tiles_at_head_dim_256_step_down_to_fit_shared_memory(p_bar: str) -> None:
-    """d 256 with 128-key tiles: the heuristic config needs 288 KB (bf16 P̄) or 384 KB (fp32 P̄)
-    of shared memory, more than an H200's 227 KB; the launch retries with fewer stages."""
+def test_wide_key_tiles_at_head_dim_256_step_down_to_fit_shared_memory() -> None:
+    """d 256 with 128-key tiles: the heuristic config needs 288 KB of shared memory, more than
+    an H200's 227 KB; the launch retries with fewer stages. (fp32 P̄, 384 KB, takes the same
+    path; it is not repeated here because d 256 variants are slow to compile.)"""
     q, k, v, do = qkv_do(1, 2, 600, 600, 256, torch.bfloat16, "cuda", seed=5)
-    spec = make_spec("fa2", {"block_n": 128, "p_bar_precision": p_bar})
-    check_gate(q, k, v, do, spec, causal=True, label=f"d256 bn128 P̄ {p_bar}")
+    spec = make_spec("fa2", {"block_n": 128})
+    check_gate(q, k, v, do, spec, causal=True, label="d256 bn128")
 
 
 def check_gate(q, k, v, do, spec, causal, label=""):
