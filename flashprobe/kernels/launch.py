@@ -307,11 +307,11 @@ _FITTED: dict[tuple, Any] = {}
 def _launch_fitting(launch: Callable[[Any], None], config: Any, key: tuple) -> None:
     """`launch(config)`, or with the first of `tuning.smaller_configs` that fits in shared memory.
 
-    Untuned shapes can ask for more shared memory than the GPU has: 128-key tiles at d 256
-    on an H200 (288 KB against 227 KB), or at d 128 on a GPU with less (an A100 has 164 KB).
-    Triton then refuses at launch, before anything runs, so the same launch is retried
-    smaller; the config that fitted is remembered for the next call. When none fits, a
-    FlashprobeError names the problem.
+    The heuristic configs fit an H200 (tests/kernels/test_tuning.py) but not every GPU: 128-key
+    tiles at d 128 take 224 KB with three stages, more than an A100's 164 KB. Triton then
+    refuses at launch, before anything runs, so the same launch is retried smaller; the config
+    that fitted is remembered for the next call. When none fits, a FlashprobeError names the
+    problem.
     """
     from triton.runtime.errors import OutOfResources
 

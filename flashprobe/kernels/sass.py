@@ -24,8 +24,13 @@ _INTS = {"H", "M", "N", "tile_n"}
 _INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", re.M)
 
 
-def forward_sass(constexprs: dict[str, Any], num_warps: int, num_stages: int) -> str:
-    """SASS text of `attn_fwd_kernel` for sm_90a with these constexprs (bf16 inputs).
+#: Shared memory a block may use on an H100 or H200 (227 KB).
+SM90_SHARED_MEMORY = 232448
+
+
+def compile_forward(constexprs: dict[str, Any], num_warps: int, num_stages: int) -> Any:
+    """`attn_fwd_kernel` compiled for sm_90a with these constexprs (bf16 inputs): Triton's
+    CompiledKernel (`.asm["cubin"]`, `.metadata.shared` in bytes, ...).
 
     Pointers and strides are specialised as a launch with 16-aligned ones would be.
     """
@@ -54,7 +59,14 @@ def forward_sass(constexprs: dict[str, Any], num_warps: int, num_stages: int) ->
     source = ASTSource(fn=attn_fwd_kernel, signature=signature, constexprs=constexprs,
                        attrs=attrs)  # fmt: skip
     options = {"num_warps": num_warps, "num_stages": num_stages, "enable_fp_fusion": False}
-    kernel = triton.compile(source, target=target, options=options)
+    return triton.compile(source, target=target, options=options)
+
+
+def forward_sass(constexprs: dict[str, Any], num_warps: int, num_stages: int) -> str:
+    """SASS text of `compile_forward(constexprs, num_warps, num_stages)`."""
+    import triton
+
+    kernel = compile_forward(constexprs, num_warps, num_stages)
     nvdisasm = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "kernel.cubin"

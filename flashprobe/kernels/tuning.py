@@ -111,7 +111,10 @@ def forward_config(
     two_pass = variant.startswith("twopass")
     heavy = two_pass or "p32" in variant or "acc16" in variant
     if heavy or head_dim > 128:
-        return FwdConfig(block_m=64, sub_n=64, num_warps=4, num_stages=2)
+        # At d 256 a 128-key one-pass tile fits an H200's 227 KB of shared memory with one K/V
+        # stage only (96 KB; 288 KB with two). tests/kernels/test_tuning.py compiles and checks.
+        wide = head_dim > 128 and not two_pass and block_n is not None and block_n > 64
+        return FwdConfig(block_m=64, sub_n=64, num_warps=4, num_stages=1 if wide else 2)
     # 8 warps: with 4, a 128×128 score tile (128-key one-pass tiles) spills registers in the
     # key-tile loop even at d 64 (tests/kernels/test_tuning.py compiles these for sm_90).
     if head_dim <= 64:

@@ -178,9 +178,9 @@ def test_key_shift_leak_within_gate_of_the_pytorch_reference(
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAVE_GPU, reason="no GPU")
 def test_wide_key_tiles_at_head_dim_256_step_down_to_fit_shared_memory() -> None:
-    """d 256 with 128-key tiles: the heuristic config needs 288 KB of shared memory, more than
-    an H200's 227 KB; the launch retries with fewer stages. (fp32 P̄, 384 KB, takes the same
-    path; it is not repeated here because d 256 variants are slow to compile.)"""
+    """d 256 with 128-key tiles ran out of shared memory (288 KB with two K/V stages against an
+    H200's 227 KB); its heuristic config now has one stage, which the launch retry also picks.
+    (fp32 P̄, 384 KB with two stages, is not repeated: d 256 variants are slow to compile.)"""
     q, k, v, do = qkv_do(1, 2, 600, 600, 256, torch.bfloat16, "cuda", seed=5)
     spec = make_spec("fa2", {"block_n": 128})
     check_gate(q, k, v, do, spec, causal=True, label="d256 bn128")
