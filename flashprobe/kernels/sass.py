@@ -64,9 +64,13 @@ def compile_forward(constexprs: dict[str, Any], num_warps: int, num_stages: int)
 
 def forward_sass(constexprs: dict[str, Any], num_warps: int, num_stages: int) -> str:
     """SASS text of `compile_forward(constexprs, num_warps, num_stages)`."""
+    return disassemble(compile_forward(constexprs, num_warps, num_stages))
+
+
+def disassemble(kernel: Any) -> str:
+    """SASS text of a compiled kernel (Triton's bundled nvdisasm)."""
     import triton
 
-    kernel = compile_forward(constexprs, num_warps, num_stages)
     nvdisasm = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "kernel.cubin"

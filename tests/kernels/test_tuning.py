@@ -84,7 +84,7 @@ for head_dim, block_n, p_bar in json.loads(sys.argv[1]):
                   "TWO_PASS": False, "CAUSAL": True, "INTERPRET": False,
                   **launch.forward_switches(spec, instrument=True, keep_o_fp32=False)}
     kernel = sass.compile_forward(constexprs, config.num_warps, config.num_stages)
-    loop = sass.first_loop(sass.forward_sass(constexprs, config.num_warps, config.num_stages))
+    loop = sass.first_loop(sass.disassemble(kernel))
     assert loop, "no key-tile loop found in the SASS"
     found[f"d{head_dim} bn{block_n} {p_bar}"] = {
         "spills": sass.local_memory_ops(loop), "shared": kernel.metadata.shared}
