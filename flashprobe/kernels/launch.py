@@ -181,6 +181,7 @@ def attention_forward(
             CAUSAL=causal, **forward_switches(spec, instrument=instrument, keep_o_fp32=keep_o_fp32),
             INTERPRET=interpreting(),
             num_warps=config.num_warps, num_stages=config.num_stages, **_NO_FP_FUSION,
+            **({} if config.max_registers is None else {"maxnreg": config.max_registers}),
         )  # fmt: skip
 
     key = ("fwd", q.device, q.dtype, head_dim, causal, spec, instrument, keep_o_fp32, one_pass_n)

@@ -28,9 +28,12 @@ _INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z
 SM90_SHARED_MEMORY = 232448
 
 
-def compile_forward(constexprs: dict[str, Any], num_warps: int, num_stages: int) -> Any:
+def compile_forward(
+    constexprs: dict[str, Any], num_warps: int, num_stages: int, max_registers: int | None = None
+) -> Any:
     """`attn_fwd_kernel` compiled for sm_90a with these constexprs (bf16 inputs): Triton's
-    CompiledKernel (`.asm["cubin"]`, `.metadata.shared` in bytes, ...).
+    CompiledKernel (`.asm["cubin"]`, `.metadata.shared` in bytes, ...). `max_registers` is
+    the launch option `maxnreg` (tuning.FwdConfig.max_registers).
 
     Pointers and strides are specialised as a launch with 16-aligned ones would be.
     """
@@ -59,6 +62,8 @@ def compile_forward(constexprs: dict[str, Any], num_warps: int, num_stages: int)
     source = ASTSource(fn=attn_fwd_kernel, signature=signature, constexprs=constexprs,
                        attrs=attrs)  # fmt: skip
     options = {"num_warps": num_warps, "num_stages": num_stages, "enable_fp_fusion": False}
+    if max_registers is not None:
+        options["maxnreg"] = max_registers
     return triton.compile(source, target=target, options=options)
 
 
@@ -69,14 +74,25 @@ def forward_sass(constexprs: dict[str, Any], num_warps: int, num_stages: int) ->
 
 def disassemble(kernel: Any) -> str:
     """SASS text of a compiled kernel (Triton's bundled nvdisasm)."""
+    return _cuda_tool("nvdisasm", "-c", kernel)
+
+
+def registers(kernel: Any) -> int:
+    """Registers per thread of a compiled kernel (Triton's bundled cuobjdump): with 65536 per
+    SM, how many blocks of its warps can share one."""
+    usage = _cuda_tool("cuobjdump", "--dump-resource-usage", kernel)
+    return int(re.search(r"REG:(\d+)", usage).group(1))
+
+
+def _cuda_tool(tool: str, flag: str, kernel: Any) -> str:
     import triton
 
-    nvdisasm = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
+    binary = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / tool
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "kernel.cubin"
         cubin.write_bytes(kernel.asm["cubin"])
-        return subprocess.run([str(nvdisasm), "-c", str(cubin)], capture_output=True,
-                              text=True, check=True).stdout  # fmt: skip
+        return subprocess.run([str(binary), flag, str(cubin)], capture_output=True, text=True,
+                              check=True).stdout  # fmt: skip
 
 
 def opcodes(sass: str) -> list[str]:

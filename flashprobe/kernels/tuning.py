@@ -32,6 +32,9 @@ class FwdConfig:
     num_stages: int
     #: Widest logical key tile run in one pass; wider ones are split into sub_n sub-tiles.
     max_one_pass: int = MAX_ONE_PASS_N
+    #: Register cap per thread (Triton's `maxnreg`), or None for ptxas's choice. A cap that
+    #: does not spill can let one more block share an SM (65536 registers).
+    max_registers: int | None = None
 
 
 @dataclass(frozen=True)
@@ -150,4 +153,5 @@ def smaller_configs(config: FwdConfig | BwdConfig) -> list[FwdConfig | BwdConfig
 
 
 def config_dict(config: FwdConfig | BwdConfig) -> dict[str, int]:
-    return asdict(config)
+    """The config's fields as kernels/tuned/*.json stores them (unset optional ones left out)."""
+    return {name: value for name, value in asdict(config).items() if value is not None}

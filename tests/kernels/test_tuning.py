@@ -133,6 +133,51 @@ def test_heuristic_forward_configs_fit_in_sm90_shared_memory() -> None:
     assert all(0 < n <= sass.SM90_SHARED_MEMORY for n in shared.values()), shared
 
 
+_CAPPED_CHECK = """
+import json, sys
+from flashprobe.kernels import launch, sass, tuning
+from flashprobe.spec import make_spec
+
+PRESETS = {"onepass": ("fa2", False), "onepass-stab": ("sfa", False),
+           "onepass-stats": ("fa2", True)}
+found = {}
+for key, entry, cap in json.loads(sys.argv[1]):
+    _, head_dim, mask, block_n, _, variant = key.split("|")
+    preset, instrument = PRESETS[variant]
+    spec = make_spec(preset)
+    constexprs = {"HEAD_DIM": int(head_dim[1:]), "BLOCK_M": entry["block_m"],
+                  "BLOCK_N": int(block_n[2:]), "TWO_PASS": False, "CAUSAL": mask == "causal",
+                  "INTERPRET": False,
+                  **launch.forward_switches(spec, instrument=instrument, keep_o_fp32=False)}
+    kernel = sass.compile_forward(constexprs, entry["num_warps"], entry["num_stages"], cap)
+    loop = sass.first_loop(sass.disassemble(kernel))
+    found[f"{key} cap {cap}"] = {"registers": sass.registers(kernel),
+                                 "spills": sass.local_memory_ops(loop)}
+print(json.dumps(found))
+"""
+
+
+def test_tuned_register_caps_hold_without_spilling_on_sm90() -> None:
+    """A tuned forward config may cap registers (`max_registers`) so that two blocks share an
+    SM; the cap must not buy that with local-memory traffic in the key-tile loop. Control: a
+    cap of 96 on the same kernel does spill, so the spill count is read correctly."""
+    tuned = json.loads((tuning.TUNED_DIR / "sm90.json").read_text())
+    capped = [(k, e, e["max_registers"]) for k, e in tuned.items() if e.get("max_registers")]
+    assert capped, "no tuned config caps registers"
+    control = (capped[0][0], capped[0][1], 96)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run(
+        [sys.executable, "-c", _CAPPED_CHECK, json.dumps([*capped, control])],
+        capture_output=True, text=True, env=env, timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    for key, _, cap in capped:
+        usage = found[f"{key} cap {cap}"]
+        assert usage["registers"] <= cap and usage["spills"] == 0, (key, usage)
+    assert found[f"{control[0]} cap 96"]["spills"] > 0, found
+
+
 def test_smaller_configs_drop_stages_then_split_the_key_tile() -> None:
     config = tuning.FwdConfig(block_m=64, sub_n=64, num_warps=4, num_stages=3, max_one_pass=128)
     got = [(c.num_stages, c.max_one_pass) for c in tuning.smaller_configs(config)]
