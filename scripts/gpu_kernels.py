@@ -1,15 +1,17 @@
 """One device call for the Triton kernels: GPU tests, optional tuning, and the speed grid.
 
     PYTHONUNBUFFERED=1 python scripts/gpu_kernels.py --out $OUT [--no-tests] [--tune]
+        [--tune-seq 4096] [--no-grid]
 
 1. `pytest -m gpu tests` (every gpu-marked test; subprocess, xdist) → OUT/gpu_tests.log;
 2. meanwhile, every kernel variant to be timed is compiled once in parallel worker processes
    (Triton's disk cache then serves the timing process);
 3. with --tune: the forward launch configs of fa2, sfa and fa2 with stats, and fa2's backward
-   ones, per (head_dim, causal) on one shape → OUT/<arch>.json, also written to
-   flashprobe/kernels/tuned/ here;
-4. `flashprobe bench`'s grid (fa2, sfa, fa2 with stats against SDPA flash and cuDNN) →
-   OUT/bench.json and the table on stdout.
+   ones, per (head_dim, causal) on one shape (N = --tune-seq, 32k tokens) → OUT/<arch>.json,
+   also written to flashprobe/kernels/tuned/ here, and every candidate's time →
+   OUT/tune_log.json;
+4. unless --no-grid: `flashprobe bench`'s grid (fa2, sfa, fa2 with stats against SDPA flash
+   and cuDNN) → OUT/bench.json and the table on stdout.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def _compile_task(task: tuple) -> str:
 FWD_TUNED = (("fa2", False), ("sfa", False), ("fa2", True))
 
 
-def tune(out: Path, workers: int) -> None:
+def tune(out: Path, workers: int, seq: int = TUNE_SEQ) -> None:
     import torch
 
     from flashprobe.experiments import benchmark as bench
@@ -76,7 +78,7 @@ def tune(out: Path, workers: int) -> None:
     tuned: dict[str, dict[str, int]] = {}
     log: dict[str, list] = {}
     for d, c in configs:
-        inputs = bench.make_inputs(bench.BenchShape(32768 // TUNE_SEQ, 16, TUNE_SEQ, d, c))
+        inputs = bench.make_inputs(bench.BenchShape(32768 // seq, 16, seq, d, c))
         for preset, instrument in FWD_TUNED:
             spec = make_spec(preset)
             variant = launch.forward_variant(spec, two_pass=False, instrument=instrument)
@@ -102,6 +104,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--no-tests", action="store_true")
     parser.add_argument("--tune", action="store_true")
+    parser.add_argument("--tune-seq", type=int, default=TUNE_SEQ)
+    parser.add_argument("--no-grid", action="store_true")
     parser.add_argument("--workers", type=int, default=10)
     parser.add_argument("--seqs", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
     parser.add_argument("--presets", nargs="+", default=["fa2", "sfa"])
@@ -126,7 +130,7 @@ def main() -> None:
         tests = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
 
     if args.tune:
-        tune(args.out, args.workers)
+        tune(args.out, args.workers, args.tune_seq)
     variants = [(p, False) for p in args.presets] + [(args.presets[0], True)]
     tasks = [
         ("impl", p, d, c, None, inst)
@@ -134,13 +138,16 @@ def main() -> None:
         for c in (True, False)
         for p, inst in variants
     ]
-    autotune.compile_in_parallel(_compile_task, tasks, args.workers)
+    if not args.no_grid:
+        autotune.compile_in_parallel(_compile_task, tasks, args.workers)
 
     if tests is not None:
         code = tests.wait(timeout=400)
         tail = (args.out / "gpu_tests.log").read_text().strip().splitlines()[-1:]
         print(f"gpu tests exit {code}: {tail}")
 
+    if args.no_grid:
+        return
     shapes = bench.default_shapes(seqs=args.seqs, head_dims=HEAD_DIMS)
     impls = bench.implementations(args.presets, instrumented=True, peers=True)
     timings = bench.run_benchmark(shapes, impls, bench.MODES, repeats=args.repeats)
