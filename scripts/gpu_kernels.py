@@ -26,7 +26,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 HEAD_DIMS = (64, 128)
-TUNE_SEQ = 4096
 
 
 def _compile_task(task: tuple) -> str:
@@ -60,7 +59,7 @@ def _compile_task(task: tuple) -> str:
 FWD_TUNED = (("fa2", False), ("sfa", False), ("fa2", True))
 
 
-def tune(out: Path, workers: int, seq: int = TUNE_SEQ) -> None:
+def tune(out: Path, workers: int, seq: int) -> None:
     import torch
 
     from flashprobe.experiments import benchmark as bench
@@ -77,6 +76,17 @@ def tune(out: Path, workers: int, seq: int = TUNE_SEQ) -> None:
     arch = tuning.arch_name(torch.device("cuda"))
     tuned: dict[str, dict[str, int]] = {}
     log: dict[str, list] = {}
+    known = tuning.load_tuned(arch)
+
+    def record(key: str, timings: list) -> None:
+        """The winner at this length; at another length than tuning.TUNED_SEQ, the TUNED_SEQ
+        entry stays unless the winner beats it by autotune.SEQ_MARGIN."""
+        config_type, at_seq = type(timings[0][0]), tuning.seq_key(key, seq)
+        incumbent = config_type(**known[key]) if at_seq != key and key in known else None
+        tuned[at_seq] = tuning.config_dict(autotune.pick(timings, incumbent))
+        log[at_seq] = [[tuning.config_dict(g), ms] for g, ms in timings]
+        print(f"tuned {at_seq}: {tuned[at_seq]}")
+
     for d, c in configs:
         inputs = bench.make_inputs(bench.BenchShape(32768 // seq, 16, seq, d, c))
         for preset, instrument in FWD_TUNED:
@@ -84,15 +94,11 @@ def tune(out: Path, workers: int, seq: int = TUNE_SEQ) -> None:
             variant = launch.forward_variant(spec, two_pass=False, instrument=instrument)
             candidates = autotune.fwd_candidates(d)
             fwd = autotune.tune_forward(inputs, c, spec, candidates, instrument=instrument)
-            tuned[tuning.fwd_key(d, c, 64, "bf16", variant)] = tuning.config_dict(fwd[0][0])
-            log[f"fwd {variant} d{d} causal={c}"] = [[tuning.config_dict(g), ms] for g, ms in fwd]
-            print(f"tuned fwd {variant} d{d} causal={c}: {fwd[0]}")
+            record(tuning.fwd_key(d, c, 64, "bf16", variant), fwd)
         bwd = autotune.tune_backward(inputs, c, make_spec("fa2"), autotune.bwd_candidates(d))
-        tuned[tuning.bwd_key(d, c, "bf16", "dot16")] = tuning.config_dict(bwd[0][0])
-        log[f"bwd d{d} causal={c}"] = [[tuning.config_dict(g), ms] for g, ms in bwd]
-        print(f"tuned bwd d{d} causal={c}: {bwd[0]}")
+        record(tuning.bwd_key(d, c, "bf16", "dot16"), bwd)
     path = tuning.TUNED_DIR / f"{arch}.json"
-    merged = {**tuning.load_tuned(arch), **tuned}
+    merged = {**known, **tuned}
     path.write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n")
     (out / f"{arch}.json").write_text(path.read_text())
     (out / "tune_log.json").write_text(json.dumps(log))
@@ -104,7 +110,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--no-tests", action="store_true")
     parser.add_argument("--tune", action="store_true")
-    parser.add_argument("--tune-seq", type=int, default=TUNE_SEQ)
+    parser.add_argument("--tune-seq", type=int, default=4096, help="tuned at 32k tokens")
     parser.add_argument("--no-grid", action="store_true")
     parser.add_argument("--workers", type=int, default=10)
     parser.add_argument("--seqs", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])

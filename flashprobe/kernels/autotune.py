@@ -19,6 +19,21 @@ import torch
 from flashprobe.kernels import launch, tuning
 from flashprobe.spec import KernelSpec
 
+Config = tuning.FwdConfig | tuning.BwdConfig
+
+
+#: A config tuned at another sequence length replaces the one tuned at tuning.TUNED_SEQ only
+#: when it is at least this much faster there (single do_bench timings of one config differ
+#: by 1–2% from call to call).
+SEQ_MARGIN = 0.02
+
+
+def pick(timings: list[tuple[Config, float]], incumbent: Config | None) -> Config:
+    """The fastest of `timings` (fastest first), unless `incumbent` is within SEQ_MARGIN."""
+    best, best_ms = timings[0]
+    incumbent_ms = dict(timings).get(incumbent, math.inf) if incumbent is not None else math.inf
+    return best if best_ms < (1 - SEQ_MARGIN) * incumbent_ms else incumbent
+
 
 def fwd_candidates(head_dim: int) -> list[tuning.FwdConfig]:
     out = []

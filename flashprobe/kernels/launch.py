@@ -160,7 +160,8 @@ def attention_forward(
     one_pass_n = max(16, triton.next_power_of_2(logical_n))
     if config is None:
         two_pass = one_pass_n > tuning.MAX_ONE_PASS_N
-        config = _forward_config(q, head_dim, causal, spec, two_pass, instrument)
+        config = _forward_config(q, max(seq_q, seq_k), head_dim, causal, spec, two_pass,
+                                 instrument)  # fmt: skip
 
     def launch(config: tuning.FwdConfig) -> None:
         two_pass = one_pass_n > config.max_one_pass
@@ -271,7 +272,7 @@ def attention_backward(
     dv = torch.empty_like(dk)
     fp32_dots = spec.p_bar_precision == "fp32" or spec.ds_precision == "fp32"
     if config is None:
-        config = _backward_config(q, head_dim, causal, fp32_dots)
+        config = _backward_config(q, max(seq_q, seq_k), head_dim, causal, fp32_dots)
 
     def launch(config: tuning.BwdConfig) -> None:
         grid = (
@@ -332,14 +333,16 @@ def _launch_fitting(launch: Callable[[Any], None], config: Any, key: tuple) -> N
 
 
 def _forward_config(
-    q: torch.Tensor, head_dim: int, causal: bool, spec: KernelSpec, two_pass: bool,
+    q: torch.Tensor, seq: int, head_dim: int, causal: bool, spec: KernelSpec, two_pass: bool,
     instrument: bool,
 ) -> tuning.FwdConfig:  # fmt: skip
+    """The tuned (else heuristic) config; `seq`, the longer of the query and key lengths,
+    picks the entry tuned nearest it (tuned on square shapes)."""
     if interpreting():
         return tuning.INTERPRETER_FWD
     return tuning.forward_config(
         tuning.arch_name(q.device), head_dim, causal, spec.block_n,
-        tuning.dtype_name(q.dtype), forward_variant(spec, two_pass, instrument),
+        tuning.dtype_name(q.dtype), forward_variant(spec, two_pass, instrument), seq,
     )  # fmt: skip
 
 
@@ -352,13 +355,13 @@ def forward_variant(spec: KernelSpec, two_pass: bool, instrument: bool) -> str:
 
 
 def _backward_config(
-    q: torch.Tensor, head_dim: int, causal: bool, fp32_dots: bool
+    q: torch.Tensor, seq: int, head_dim: int, causal: bool, fp32_dots: bool
 ) -> tuning.BwdConfig:
     if interpreting():
         return tuning.INTERPRETER_BWD
     return tuning.backward_config(
         tuning.arch_name(q.device), head_dim, causal, tuning.dtype_name(q.dtype),
-        tuning.bwd_variant(fp32_dots),
+        tuning.bwd_variant(fp32_dots), seq,
     )  # fmt: skip
 
 

@@ -6,20 +6,26 @@ additions, so they are free performance choices. The forward's key tile is the s
 
 Tuned files are keyed by GPU architecture (`sm90.json`: Hopper), then by
 `fwd|d{head_dim}|{causal|full}|bn{block_n}|{dtype}|{variant}` and
-`bwd|d{head_dim}|{causal|full}|{dtype}|{variant}`. A missing entry falls back to the
-heuristics below; nothing is tuned at run time (see `flashprobe.kernels.autotune`).
+`bwd|d{head_dim}|{causal|full}|{dtype}|{variant}`, tuned at N = TUNED_SEQ; the same key with
+`|n{N}` appended holds the config tuned at another sequence length N, and a launch takes the
+entry tuned nearest its own length (short causal sequences want smaller query tiles: more
+blocks for the GPU's SMs). A missing entry falls back to the heuristics below; nothing is
+tuned at run time (see `flashprobe.kernels.autotune`).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 
 TUNED_DIR = Path(__file__).parent / "tuned"
+#: The sequence length of the tuned entries without an `|n{N}` suffix.
+TUNED_SEQ = 4096
 #: Widest key tile run in one pass; wider logical tiles are split into sub-tiles.
 MAX_ONE_PASS_N = 128
 
@@ -93,6 +99,23 @@ def bwd_key(head_dim: int, causal: bool, dtype: str, variant: str) -> str:
     return f"bwd|d{head_dim}|{mask}|{dtype}|{variant}"
 
 
+def seq_key(key: str, seq: int) -> str:
+    """The key of the entry tuned at sequence length `seq`."""
+    return key if seq == TUNED_SEQ else f"{key}|n{seq}"
+
+
+def tuned_entry(tuned: dict[str, dict[str, int]], key: str, seq: int) -> dict[str, int] | None:
+    """The entry for `key` tuned at the sequence length nearest `seq` (in log2; the shorter on
+    a tie), or None when `key` was not tuned at any length."""
+    lengths = {TUNED_SEQ: key} if key in tuned else {}
+    prefix = key + "|n"
+    lengths |= {int(k[len(prefix) :]): k for k in tuned if k.startswith(prefix)}
+    if not lengths:
+        return None
+    nearest = min(lengths, key=lambda n: (abs(math.log2(max(seq, 1) / n)), n))
+    return tuned[lengths[nearest]]
+
+
 @functools.cache
 def load_tuned(arch: str) -> dict[str, dict[str, int]]:
     path = TUNED_DIR / f"{arch}.json"
@@ -102,13 +125,19 @@ def load_tuned(arch: str) -> dict[str, dict[str, int]]:
 
 
 def forward_config(
-    arch: str, head_dim: int, causal: bool, block_n: int | None, dtype: str, variant: str
+    arch: str,
+    head_dim: int,
+    causal: bool,
+    block_n: int | None,
+    dtype: str,
+    variant: str,
+    seq: int = TUNED_SEQ,
 ) -> FwdConfig:
     tuned = load_tuned(arch)
-    entry = tuned.get(fwd_key(head_dim, causal, block_n, dtype, variant))
+    entry = tuned_entry(tuned, fwd_key(head_dim, causal, block_n, dtype, variant), seq)
     if entry is None:  # a stabilized or instrumented variant not tuned on its own: its base's
         base = "-".join(p for p in variant.split("-") if p not in ("stab", "stats"))
-        entry = tuned.get(fwd_key(head_dim, causal, block_n, dtype, base))
+        entry = tuned_entry(tuned, fwd_key(head_dim, causal, block_n, dtype, base), seq)
     if entry is not None:
         return FwdConfig(**entry)
     two_pass = variant.startswith("twopass")
@@ -125,8 +154,10 @@ def forward_config(
     return FwdConfig(block_m=128, sub_n=64, num_warps=8, num_stages=3)
 
 
-def backward_config(arch: str, head_dim: int, causal: bool, dtype: str, variant: str) -> BwdConfig:
-    entry = load_tuned(arch).get(bwd_key(head_dim, causal, dtype, variant))
+def backward_config(
+    arch: str, head_dim: int, causal: bool, dtype: str, variant: str, seq: int = TUNED_SEQ
+) -> BwdConfig:
+    entry = tuned_entry(load_tuned(arch), bwd_key(head_dim, causal, dtype, variant), seq)
     if entry is not None:
         return BwdConfig(**entry)
     if head_dim > 128:

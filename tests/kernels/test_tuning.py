@@ -48,6 +48,31 @@ def test_untuned_shapes_fall_back_to_the_heuristics(tuned_dir) -> None:
     assert heavy.block_m == 64 and heavy.num_warps == 4
 
 
+def test_the_entry_tuned_nearest_the_sequence_length_is_used(tuned_dir) -> None:
+    key = tuning.fwd_key(64, True, 64, "bf16", "onepass")
+    (tuned_dir / "sm90.json").write_text(json.dumps({
+        key: _entry(128),  # tuned at tuning.TUNED_SEQ = 4096
+        tuning.seq_key(key, 1024): _entry(64),
+        tuning.seq_key(key, 16384): _entry(32),
+    }))  # fmt: skip
+    block_m = {seq: tuning.forward_config("sm90", 64, True, 64, "bf16", "onepass", seq).block_m
+               for seq in (128, 1024, 2048, 3000, 4096, 8192, 12000, 65536)}  # fmt: skip
+    # 2048 lies halfway (in log2) between 1024 and 4096: the shorter wins.
+    assert block_m == {128: 64, 1024: 64, 2048: 64, 3000: 128, 4096: 128, 8192: 128,
+                       12000: 32, 65536: 32}  # fmt: skip
+    # A variant without entries of its own falls back to its base's, at the nearest length too.
+    assert tuning.forward_config("sm90", 64, True, 64, "bf16", "onepass-stab", 900).block_m == 64
+
+
+def test_a_length_tuned_only_at_another_length_uses_that_entry(tuned_dir) -> None:
+    key = tuning.bwd_key(64, False, "bf16", "dot16")
+    entry = {"block_m1": 64, "block_n1": 64, "block_m2": 64, "block_n2": 64, "num_warps": 4,
+             "num_stages": 2}  # fmt: skip
+    (tuned_dir / "sm90.json").write_text(json.dumps({tuning.seq_key(key, 16384): entry}))
+    assert tuning.backward_config("sm90", 64, False, "bf16", "dot16", 1024).block_m1 == 64
+    assert tuning.seq_key(key, tuning.TUNED_SEQ) == key
+
+
 def test_backward_variants_and_their_fallback(tuned_dir) -> None:
     assert tuning.bwd_variant(False) == "dot16" and tuning.bwd_variant(True) == "dot32"
     key = tuning.bwd_key(64, True, "bf16", "dot16")
@@ -142,7 +167,7 @@ PRESETS = {"onepass": ("fa2", False), "onepass-stab": ("sfa", False),
            "onepass-stats": ("fa2", True)}
 found = {}
 for key, entry, cap in json.loads(sys.argv[1]):
-    _, head_dim, mask, block_n, _, variant = key.split("|")
+    _, head_dim, mask, block_n, _, variant = key.split("|")[:6]
     preset, instrument = PRESETS[variant]
     spec = make_spec(preset)
     constexprs = {"HEAD_DIM": int(head_dim[1:]), "BLOCK_M": entry["block_m"],
@@ -162,7 +187,9 @@ def test_tuned_register_caps_hold_without_spilling_on_sm90() -> None:
     SM; the cap must not buy that with local-memory traffic in the key-tile loop. Control: a
     cap of 96 on the same kernel does spill, so the spill count is read correctly."""
     tuned = json.loads((tuning.TUNED_DIR / "sm90.json").read_text())
-    capped = [(k, e, e["max_registers"]) for k, e in tuned.items() if e.get("max_registers")]
+    capped = {(k.split("|n")[0], json.dumps(e, sort_keys=True)) for k, e in tuned.items()
+              if e.get("max_registers")}  # fmt: skip
+    capped = [(k, json.loads(e), json.loads(e)["max_registers"]) for k, e in sorted(capped)]
     assert capped, "no tuned config caps registers"
     control = (capped[0][0], capped[0][1], 96)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
