@@ -19,7 +19,9 @@ import torch
 
 @dataclass
 class LayerStats:
-    """Per-head attention statistics of one layer (float64 on CPU, shape [n_head]).
+    """Per-head attention statistics of one layer (float64, shape [n_head]), kept on the
+    attention's device until read (`to_dict`), so that recording every step adds no host sync
+    per layer.
 
     max_logit: largest scaled attention score seen (natural units).
     min_row_max: smallest row maximum seen: a row whose scores are all very negative. The
@@ -53,13 +55,13 @@ class LayerStats:
         """Reduce batch × heads × rows tensors to one value per head (sum_error: batch × heads ×
         sampled rows)."""
         heads = row_max.shape[1]
-        nan = torch.full((heads,), float("nan"), dtype=torch.float64)
+        nan = torch.full((heads,), float("nan"), dtype=torch.float64, device=row_max.device)
 
         def total(t: torch.Tensor | None) -> torch.Tensor:
-            return nan if t is None else t.detach().double().sum(dim=(0, 2)).cpu()
+            return nan if t is None else t.detach().double().sum(dim=(0, 2))
 
         row_max = row_max.detach().double()
-        max_logit, min_row_max = row_max.amax(dim=(0, 2)).cpu(), row_max.amin(dim=(0, 2)).cpu()
+        max_logit, min_row_max = row_max.amax(dim=(0, 2)), row_max.amin(dim=(0, 2))
         rows = nan if sum_error is None else torch.full_like(nan, sum_error[:, 0].numel())
         return cls(
             max_logit, min_row_max, total(tie_events), total(p_bar_ones), total(sum_error), rows
@@ -70,7 +72,7 @@ class LayerStats:
         """Join head groups' stats and put the heads back in order."""
         if len(parts) == 1:
             return parts[0]
-        index = unsplit.cpu()
+        index = unsplit.to(parts[0].max_logit.device)
         return cls(
             *(
                 torch.cat([getattr(p, name) for p in parts]).index_select(0, index)
@@ -86,19 +88,22 @@ class LayerStats:
         )
 
     def to_dict(self) -> dict[str, list[float | None]]:
-        """JSON-ready per-head lists (NaN → None)."""
+        """JSON-ready per-head lists (NaN → None), read from the device in one transfer."""
+        stat = dict(zip(self.FIELDS, _on_cpu(*(getattr(self, n) for n in self.FIELDS)),
+                        strict=True))  # fmt: skip
         return {
-            "max_logit": _clean(self.max_logit),
-            "min_row_max": _clean(self.min_row_max),
-            "tie_events": _clean(self.tie_events),
-            "p_bar_ones": _clean(self.p_bar_ones),
-            "softmax_sum_bias": _clean(self.sum_error / self.sum_rows),
+            "max_logit": _clean(stat["max_logit"]),
+            "min_row_max": _clean(stat["min_row_max"]),
+            "tie_events": _clean(stat["tie_events"]),
+            "p_bar_ones": _clean(stat["p_bar_ones"]),
+            "softmax_sum_bias": _clean(stat["sum_error"] / stat["sum_rows"]),
         }
 
 
 @dataclass
 class KeyGradStats:
-    """Per-head sums behind `mechanism.key_shift_leak`, pooled over micro-batches (float64, CPU).
+    """Per-head sums behind `mechanism.key_shift_leak`, pooled over micro-batches (float64, on
+    the gradient's device until read).
 
     Σ_j dK_j is exactly 0 for any attention (softmax ignores a common shift of a row's scores),
     so whatever the backward leaves there is its numerical error, measured on every model.
@@ -123,7 +128,7 @@ class KeyGradStats:
             -(leak * q_mean).sum(dim=(0, 2)),
             (leak.norm(dim=-1) * q_mean.norm(dim=-1)).sum(dim=0),
         )
-        return cls(*(t.double().cpu() for t in sums))
+        return cls(*(t.double() for t in sums))
 
     def merge(self, other: KeyGradStats) -> KeyGradStats:
         return KeyGradStats(
@@ -136,8 +141,11 @@ class KeyGradStats:
     def to_dict(self) -> dict[str, list[float | None]]:
         """key_shift_leak = ‖Σ_j dK_j‖ / ‖dK‖ and key_shift_drift (> 0: the leak pushes every
         score of a row up) per head; None where undefined."""
-        leak = self.leak_sq.sqrt() / self.grad_sq.sqrt()
-        drift = self.along / self.lengths
+        leak_sq, grad_sq, along, lengths = _on_cpu(
+            self.leak_sq, self.grad_sq, self.along, self.lengths
+        )
+        leak = leak_sq.sqrt() / grad_sq.sqrt()
+        drift = along / lengths
         return {"key_shift_leak": _clean(leak), "key_shift_drift": _clean(drift)}
 
 
@@ -190,6 +198,11 @@ class AttentionRecorder:
         for layer, grads in self.key_grads.items():
             out.setdefault(str(layer), {}).update(grads.to_dict())
         return out
+
+
+def _on_cpu(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Equal-shaped tensors copied to the CPU together (one device sync)."""
+    return tuple(torch.stack(tensors).cpu().unbind(0))
 
 
 def _clean(t: torch.Tensor) -> list[float | None]:

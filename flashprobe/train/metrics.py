@@ -21,13 +21,18 @@ def qk_spectral_norms(model: GPT) -> dict[str, list[Any]]:
     produce that head's q or k), as in the paper's Fig. 3.
     """
     heads, head_dim = model.config.n_head, model.config.head_dim
-    out: dict[str, list[Any]] = {"wq": [], "wk": [], "wq_heads": [], "wk_heads": []}
+    norms: dict[str, list[torch.Tensor]] = {"wq": [], "wk": []}
     for layer in range(model.config.n_layer):
         for name, weight in zip(("wq", "wk"), model.qk_weights(layer), strict=True):
             w = weight.detach().float()
-            out[name].append(float(torch.linalg.matrix_norm(w, ord=2)))
+            whole = torch.linalg.matrix_norm(w, ord=2)
             per_head = torch.linalg.matrix_norm(w.view(heads, head_dim, -1), ord=2)
-            out[f"{name}_heads"].append([float(x) for x in per_head])
+            norms[name].append(torch.cat([whole[None], per_head]))
+    out: dict[str, list[Any]] = {}
+    for name, rows in norms.items():
+        table = torch.stack(rows).cpu().tolist()  # one device sync per matrix kind
+        out[name] = [row[0] for row in table]
+        out[f"{name}_heads"] = [row[1:] for row in table]
     return out
 
 

@@ -65,6 +65,21 @@ def test_row_max_extremes_per_head_and_their_merge() -> None:
     assert stats.to_dict()["min_row_max"] == [-3.0, -90.0]
 
 
+def test_stats_stay_on_the_attention_device_until_read() -> None:
+    """Reducing and merging stats must not copy to the host (a sync per layer and step): on
+    the meta device, any such copy raises."""
+    from flashprobe.model.instrument import KeyGradStats
+
+    rows = torch.zeros(2, 3, 5, device="meta")
+    counts = torch.zeros(2, 3, 5, dtype=torch.int32, device="meta")
+    stats = LayerStats.from_rows(rows, counts, counts, torch.zeros(2, 3, 4, device="meta"))
+    merged = stats.merge(stats)
+    assert all(getattr(merged, n).device.type == "meta" for n in LayerStats.FIELDS)
+    grads = KeyGradStats.from_grads(torch.zeros(2, 3, 5, 4, device="meta"),
+                                    torch.zeros(2, 3, 5, 4, device="meta"))  # fmt: skip
+    assert grads.merge(grads).leak_sq.device.type == "meta"
+
+
 def test_flashprobe_stats_count_ties_and_ones_per_head() -> None:
     pytest.importorskip("flashprobe.api")
     model = tiny(layers={1: {"heads": {0: {"impl": "sdpa"}}}})
