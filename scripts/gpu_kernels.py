@@ -102,7 +102,7 @@ def tune(out: Path, workers: int, seq: int) -> None:
     path.write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n")
     (out / f"{arch}.json").write_text(path.read_text())
     (out / "tune_log.json").write_text(json.dumps(log))
-    tuning.load_tuned.cache_clear()
+    tuning.clear_cache()
 
 
 def main() -> None:

@@ -104,16 +104,14 @@ def seq_key(key: str, seq: int) -> str:
     return key if seq == TUNED_SEQ else f"{key}|n{seq}"
 
 
-def tuned_entry(tuned: dict[str, dict[str, int]], key: str, seq: int) -> dict[str, int] | None:
+def tuned_entry(arch: str, key: str, seq: int) -> dict[str, int] | None:
     """The entry for `key` tuned at the sequence length nearest `seq` (in log2; the shorter on
     a tie), or None when `key` was not tuned at any length."""
-    lengths = {TUNED_SEQ: key} if key in tuned else {}
-    prefix = key + "|n"
-    lengths |= {int(k[len(prefix) :]): k for k in tuned if k.startswith(prefix)}
+    lengths = tuned_lengths(arch).get(key)
     if not lengths:
         return None
     nearest = min(lengths, key=lambda n: (abs(math.log2(max(seq, 1) / n)), n))
-    return tuned[lengths[nearest]]
+    return lengths[nearest]
 
 
 @functools.cache
@@ -122,6 +120,26 @@ def load_tuned(arch: str) -> dict[str, dict[str, int]]:
     if not path.is_file():
         return {}
     return json.loads(path.read_text())
+
+
+@functools.cache
+def tuned_lengths(arch: str) -> dict[str, dict[int, dict[str, int]]]:
+    """`load_tuned(arch)` indexed by key without its `|n{N}` suffix, then by N (launches look
+    entries up by length on every call)."""
+    index: dict[str, dict[int, dict[str, int]]] = {}
+    for key, entry in load_tuned(arch).items():
+        base, _, last = key.rpartition("|")
+        if last[:1] == "n" and last[1:].isdigit():
+            index.setdefault(base, {})[int(last[1:])] = entry
+        else:
+            index.setdefault(key, {})[TUNED_SEQ] = entry
+    return index
+
+
+def clear_cache() -> None:
+    """Forget the tuned files read so far (after writing or swapping them)."""
+    load_tuned.cache_clear()
+    tuned_lengths.cache_clear()
 
 
 def forward_config(
@@ -133,11 +151,10 @@ def forward_config(
     variant: str,
     seq: int = TUNED_SEQ,
 ) -> FwdConfig:
-    tuned = load_tuned(arch)
-    entry = tuned_entry(tuned, fwd_key(head_dim, causal, block_n, dtype, variant), seq)
+    entry = tuned_entry(arch, fwd_key(head_dim, causal, block_n, dtype, variant), seq)
     if entry is None:  # a stabilized or instrumented variant not tuned on its own: its base's
         base = "-".join(p for p in variant.split("-") if p not in ("stab", "stats"))
-        entry = tuned_entry(tuned, fwd_key(head_dim, causal, block_n, dtype, base), seq)
+        entry = tuned_entry(arch, fwd_key(head_dim, causal, block_n, dtype, base), seq)
     if entry is not None:
         return FwdConfig(**entry)
     two_pass = variant.startswith("twopass")
@@ -157,7 +174,7 @@ def forward_config(
 def backward_config(
     arch: str, head_dim: int, causal: bool, dtype: str, variant: str, seq: int = TUNED_SEQ
 ) -> BwdConfig:
-    entry = tuned_entry(load_tuned(arch), bwd_key(head_dim, causal, dtype, variant), seq)
+    entry = tuned_entry(arch, bwd_key(head_dim, causal, dtype, variant), seq)
     if entry is not None:
         return BwdConfig(**entry)
     if head_dim > 128:

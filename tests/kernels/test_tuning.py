@@ -16,9 +16,9 @@ from flashprobe.kernels import sass, tuning
 @pytest.fixture
 def tuned_dir(tmp_path, monkeypatch):
     monkeypatch.setattr(tuning, "TUNED_DIR", tmp_path)
-    tuning.load_tuned.cache_clear()
+    tuning.clear_cache()
     yield tmp_path
-    tuning.load_tuned.cache_clear()
+    tuning.clear_cache()
 
 
 def _entry(block_m: int) -> dict[str, int]:
