@@ -110,7 +110,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--no-tests", action="store_true")
     parser.add_argument("--tune", action="store_true")
-    parser.add_argument("--tune-seq", type=int, default=4096, help="tuned at 32k tokens")
+    parser.add_argument("--tune-seq", type=int, help="default: tuning.TUNED_SEQ; 32k tokens")
     parser.add_argument("--no-grid", action="store_true")
     parser.add_argument("--workers", type=int, default=10)
     parser.add_argument("--seqs", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
@@ -136,7 +136,9 @@ def main() -> None:
         tests = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
 
     if args.tune:
-        tune(args.out, args.workers, args.tune_seq)
+        from flashprobe.kernels.tuning import TUNED_SEQ
+
+        tune(args.out, args.workers, args.tune_seq or TUNED_SEQ)
     variants = [(p, False) for p in args.presets] + [(args.presets[0], True)]
     tasks = [
         ("impl", p, d, c, None, inst)
