@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import triton
 
 from flashprobe.errors import FlashprobeError
 from flashprobe.kernels import tuning
@@ -157,7 +156,7 @@ def attention_forward(
 
     # The logical key tile: spec.block_n, or the whole sequence when untiled.
     logical_n = seq_k if spec.block_n is None else spec.block_n
-    one_pass_n = max(16, triton.next_power_of_2(logical_n))
+    one_pass_n = max(16, _next_power_of_2(logical_n))
     if config is None:
         two_pass = one_pass_n > tuning.MAX_ONE_PASS_N
         config = _forward_config(q, max(seq_q, seq_k), head_dim, causal, spec, two_pass,
@@ -169,13 +168,10 @@ def attention_forward(
         block_m = config.block_m
         if spec.block_m is not None and spec.block_m <= 128 and not interpreting():
             block_m = spec.block_m  # honoured where it fits in registers; numerically inert
-        grid = (triton.cdiv(seq_q, block_m), batch * heads)
+        grid = (_cdiv(seq_q, block_m), batch * heads)
         attn_fwd_kernel[grid](
             q, k, v, o, o32, lse, row_max, tie_events, p_ones,
-            q.stride(0), q.stride(1), q.stride(2),
-            k.stride(0), k.stride(1), k.stride(2),
-            v.stride(0), v.stride(1), v.stride(2),
-            o.stride(0), o.stride(1), o.stride(2),
+            *_row_strides(q, k, v, o),
             heads, seq_q, seq_k, max(logical_n, 1),
             scale, scale * LOG2E, spec.tie_tolerance * LOG2E, spec.beta,
             HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, TWO_PASS=two_pass,
@@ -231,13 +227,10 @@ def attention_delta(
     delta = torch.empty((batch, heads, seq_q), device=q.device, dtype=torch.float32)
     block_m = 16 if interpreting() else PREPROCESS_BLOCK_M
     block_n = 32 if interpreting() else PREPROCESS_BLOCK_N
-    grid = (triton.cdiv(seq_q, block_m), batch * heads)
+    grid = (_cdiv(seq_q, block_m), batch * heads)
     attn_bwd_preprocess_kernel[grid](
         o, o_fp32 if o_fp32 is not None else o, do, delta, q, k, v, lse,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        o.stride(0), o.stride(1), o.stride(2),
+        *_row_strides(q, k, v, o),
         heads, seq_q, k.shape[2], scale, scale * LOG2E,
         HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, SOURCE=source, CAUSAL=causal,
         SCORE_LOW=spec.score_precision == "bf16", FUSED=spec.softmax == "fused_scale",
@@ -276,17 +269,12 @@ def attention_backward(
 
     def launch(config: tuning.BwdConfig) -> None:
         grid = (
-            max(triton.cdiv(seq_k, config.block_n1), triton.cdiv(seq_q, config.block_m2)),
+            max(_cdiv(seq_k, config.block_n1), _cdiv(seq_q, config.block_m2)),
             batch * heads,
         )
         attn_bwd_kernel[grid](
             q, k, v, do, dq, dk, dv, lse, delta,
-            q.stride(0), q.stride(1), q.stride(2),
-            k.stride(0), k.stride(1), k.stride(2),
-            v.stride(0), v.stride(1), v.stride(2),
-            do.stride(0), do.stride(1), do.stride(2),
-            dq.stride(0), dq.stride(1), dq.stride(2),
-            dk.stride(0), dk.stride(1), dk.stride(2),
+            *_row_strides(q, k, v, do, dq, dk),
             heads, seq_q, seq_k, scale, scale * LOG2E,
             HEAD_DIM=head_dim,
             BLOCK_M1=config.block_m1, BLOCK_N1=config.block_n1,
@@ -363,6 +351,22 @@ def _backward_config(
         tuning.arch_name(q.device), head_dim, causal, tuning.dtype_name(q.dtype),
         tuning.bwd_variant(fp32_dots), seq,
     )  # fmt: skip
+
+
+def _row_strides(*tensors: torch.Tensor) -> tuple[int, ...]:
+    """Batch, head and row strides of each [batch, heads, seq, head_dim] tensor, in order (the
+    kernels' stride arguments; the last dimension is contiguous)."""
+    return tuple(stride for t in tensors for stride in t.stride()[:3])
+
+
+# Plain-Python versions of triton.cdiv / next_power_of_2: these run on every launch, and
+# Triton's wrap them for use inside kernels too, at a few µs per call.
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << (n - 1).bit_length() if n > 0 else 0
 
 
 def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:

@@ -138,10 +138,11 @@ def tuned_lengths(arch: str) -> dict[str, dict[int, dict[str, int]]]:
 
 def clear_cache() -> None:
     """Forget the tuned files read so far (after writing or swapping them)."""
-    load_tuned.cache_clear()
-    tuned_lengths.cache_clear()
+    for cached in (load_tuned, tuned_lengths, forward_config, backward_config):
+        cached.cache_clear()
 
 
+@functools.lru_cache(maxsize=4096)  # looked up on every launch
 def forward_config(
     arch: str,
     head_dim: int,
@@ -171,6 +172,7 @@ def forward_config(
     return FwdConfig(block_m=128, sub_n=64, num_warps=8, num_stages=3)
 
 
+@functools.lru_cache(maxsize=4096)
 def backward_config(
     arch: str, head_dim: int, causal: bool, dtype: str, variant: str, seq: int = TUNED_SEQ
 ) -> BwdConfig:

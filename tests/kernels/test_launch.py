@@ -57,3 +57,20 @@ def test_no_config_fits_raises_a_flashprobe_error() -> None:
     with pytest.raises(FlashprobeError, match="no fwd launch config fits this GPU"):
         launch._launch_fitting(gpu.launch, CONFIG, ("fwd", "test-none", 256))
     assert len(gpu.tried) == 5
+
+
+def test_launch_arithmetic_matches_triton() -> None:
+    import triton
+
+    assert [launch._cdiv(a, b) for a in range(300) for b in (1, 16, 64, 128)] == [
+        triton.cdiv(a, b) for a in range(300) for b in (1, 16, 64, 128)
+    ]
+    assert [launch._next_power_of_2(n) for n in range(5000)] == [
+        triton.next_power_of_2(n) for n in range(5000)
+    ]
+
+
+def test_row_strides_follow_the_kernels_argument_order() -> None:
+    q = torch.empty(2, 3, 5, 8)
+    k = torch.empty(2, 5, 3, 8).transpose(1, 2)  # seq-major storage, as a split projection gives
+    assert launch._row_strides(q, k) == (120, 40, 8, 120, 8, 24)
