@@ -14,6 +14,7 @@ by `rnd` (`apply_precision`) stays in the working dtype: fp32, or fp64 for fp64 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -60,6 +61,7 @@ def default_scale(head_dim: int) -> float:
     return 1.0 / math.sqrt(head_dim)
 
 
+@functools.lru_cache(maxsize=1024)  # a handful of constants, rounded on every emulator call
 def as_working(value: float, dtype: torch.dtype) -> float:
     """A Python constant rounded to the working dtype, as a kernel receives it (fp32 scalar)."""
     return torch.tensor(value, dtype=torch.float64).to(dtype).item()
