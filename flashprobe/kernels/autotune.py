@@ -31,7 +31,7 @@ SEQ_MARGIN = 0.02
 def pick(timings: list[tuple[Config, float]], incumbent: Config | None) -> Config:
     """The fastest of `timings` (fastest first), unless `incumbent` is within SEQ_MARGIN."""
     best, best_ms = timings[0]
-    incumbent_ms = dict(timings).get(incumbent, math.inf) if incumbent is not None else math.inf
+    incumbent_ms = dict(timings).get(incumbent, math.inf)  # inf: None, or never timed
     return best if best_ms < (1 - SEQ_MARGIN) * incumbent_ms else incumbent
 
 
