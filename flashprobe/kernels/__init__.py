@@ -5,6 +5,6 @@ what each switch rounds. On CPU the kernels run only under Triton's interpreter
 (TRITON_INTERPRET=1 set before this package is imported).
 """
 
-from flashprobe.kernels.launch import triton_attention
+from flashprobe.kernels.autograd import triton_attention
 
 __all__ = ["triton_attention"]

@@ -6,7 +6,6 @@ combination in use, never a copied kernel). Launch sizes come from `flashprobe.k
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,8 +28,9 @@ from flashprobe.kernels.common import (
     SOFTMAX_STABILIZED,
     SOFTMAX_STANDARD,
 )
+from flashprobe.kernels.fastlaunch import Launcher
 from flashprobe.kernels.forward import attn_fwd_kernel
-from flashprobe.spec import KernelSpec, resolve_spec
+from flashprobe.spec import KernelSpec
 from flashprobe.stats import AttentionStats
 
 _SOFTMAX = {
@@ -44,13 +44,15 @@ _DELTA = {
     "o_recompute": DELTA_O_RECOMPUTE,
     "dp_p": DELTA_DP_P,
 }
-_HEAD_DIMS = (16, 32, 64, 128, 256)
 # The compiler must not contract `x*c - m` into one FMA: "standard" subtracts the rounded
 # product exactly (the max entry's P̄ is then exactly 1), and only "fused_scale" asks for the FMA
 # (written as tl.fma). Every other multiply-add of docs/semantics.md also rounds twice.
 _NO_FP_FUSION = {"enable_fp_fusion": False}
 PREPROCESS_BLOCK_M = 64
 PREPROCESS_BLOCK_N = 64
+_FORWARD = Launcher(attn_fwd_kernel)
+_PREPROCESS = Launcher(attn_bwd_preprocess_kernel)
+_BACKWARD = Launcher(attn_bwd_kernel)
 
 
 def interpreting() -> bool:
@@ -64,67 +66,6 @@ class ForwardOutputs:
     lse: torch.Tensor  # [B, H, M] fp32, natural log
     o_fp32: torch.Tensor | None
     stats: AttentionStats | None
-
-
-def triton_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    causal: bool,
-    spec: KernelSpec | str | Any = None,
-    scale: float | None = None,
-    return_stats: bool = False,
-) -> torch.Tensor | tuple[torch.Tensor, AttentionStats]:
-    """Flash attention with the rounding points of `spec` (docs/semantics.md); differentiable.
-
-    q: [B, H, M, D], k and v: [B, H, N, D], bf16 or fp16, on CUDA (or on CPU under
-    TRITON_INTERPRET=1). Causal masking is top-left aligned. Returns o [B, H, M, D] in the input
-    dtype, plus per-row AttentionStats when `return_stats` (instrumentation costs nothing when
-    off: it is a compile-time switch).
-    """
-    spec = resolve_spec(spec)
-    scale = _check_inputs(q, k, v, scale)
-    if return_stats:
-        o, lse, row_max, tie_events, p_ones = _TritonAttention.apply(
-            q, k, v, causal, spec, scale, True
-        )
-        return o, AttentionStats(lse=lse, row_max=row_max, tie_events=tie_events, p_bar_ones=p_ones)
-    return _TritonAttention.apply(q, k, v, causal, spec, scale, False)
-
-
-class _TritonAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(  # type: ignore[override]
-        ctx: Any,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        causal: bool,
-        spec: KernelSpec,
-        scale: float,
-        return_stats: bool,
-    ) -> Any:
-        q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
-        out = attention_forward(q, k, v, causal=causal, spec=spec, scale=scale,
-                                instrument=return_stats,
-                                keep_o_fp32=spec.delta_source == "o_fp32")  # fmt: skip
-        ctx.save_for_backward(q, k, v, out.o, out.lse, out.o_fp32)
-        ctx.causal, ctx.spec, ctx.scale = causal, spec, scale
-        if not return_stats:
-            return out.o
-        stats = out.stats
-        assert stats is not None
-        extras = (stats.lse, stats.row_max, stats.tie_events, stats.p_bar_ones)
-        ctx.mark_non_differentiable(*extras)
-        return (out.o, *extras)
-
-    @staticmethod
-    def backward(ctx: Any, do: torch.Tensor, *_unused: Any) -> Any:
-        q, k, v, o, lse, o_fp32 = ctx.saved_tensors
-        dq, dk, dv = attention_backward(q, k, v, o, lse, do, causal=ctx.causal, spec=ctx.spec,
-                                        scale=ctx.scale, o_fp32=o_fp32)  # fmt: skip
-        return dq, dk, dv, None, None, None, None
 
 
 # -- launches ---------------------------------------------------------------------------------
@@ -168,17 +109,17 @@ def attention_forward(
         block_m = config.block_m
         if spec.block_m is not None and spec.block_m <= 128 and not interpreting():
             block_m = spec.block_m  # honoured where it fits in registers; numerically inert
-        grid = (_cdiv(seq_q, block_m), batch * heads)
-        attn_fwd_kernel[grid](
-            q, k, v, o, o32, lse, row_max, tie_events, p_ones,
-            *_row_strides(q, k, v, o),
-            heads, seq_q, seq_k, max(logical_n, 1),
-            scale, scale * LOG2E, spec.tie_tolerance * LOG2E, spec.beta,
-            HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, TWO_PASS=two_pass,
-            CAUSAL=causal, **forward_switches(spec, instrument=instrument, keep_o_fp32=keep_o_fp32),
-            INTERPRET=interpreting(),
-            num_warps=config.num_warps, num_stages=config.num_stages, **_NO_FP_FUSION,
-            **({} if config.max_registers is None else {"maxnreg": config.max_registers}),
+        grid = (_cdiv(seq_q, block_m), batch * heads, 1)
+        _FORWARD(
+            grid,
+            (q, k, v, o, o32, lse, row_max, tie_events, p_ones, *_row_strides(q, k, v, o),
+             heads, seq_q, seq_k, max(logical_n, 1),
+             scale, scale * LOG2E, spec.tie_tolerance * LOG2E, spec.beta),
+            dict(HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, TWO_PASS=two_pass,
+                 CAUSAL=causal, **forward_switches(spec, instrument=instrument,
+                                                   keep_o_fp32=keep_o_fp32),
+                 INTERPRET=interpreting()),
+            _options(config.num_warps, config.num_stages, config.max_registers),
         )  # fmt: skip
 
     key = ("fwd", q.device, q.dtype, head_dim, causal, spec, instrument, keep_o_fp32, one_pass_n)
@@ -227,15 +168,14 @@ def attention_delta(
     delta = torch.empty((batch, heads, seq_q), device=q.device, dtype=torch.float32)
     block_m = 16 if interpreting() else PREPROCESS_BLOCK_M
     block_n = 32 if interpreting() else PREPROCESS_BLOCK_N
-    grid = (_cdiv(seq_q, block_m), batch * heads)
-    attn_bwd_preprocess_kernel[grid](
-        o, o_fp32 if o_fp32 is not None else o, do, delta, q, k, v, lse,
-        *_row_strides(q, k, v, o),
-        heads, seq_q, k.shape[2], scale, scale * LOG2E,
-        HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, SOURCE=source, CAUSAL=causal,
-        SCORE_LOW=spec.score_precision == "bf16", FUSED=spec.softmax == "fused_scale",
-        DELTA_LOW=spec.delta_precision == "bf16", INTERPRET=interpreting(),
-        num_warps=4, num_stages=2 if source >= DELTA_O_RECOMPUTE else 1, **_NO_FP_FUSION,
+    _PREPROCESS(
+        (_cdiv(seq_q, block_m), batch * heads, 1),
+        (o, o_fp32 if o_fp32 is not None else o, do, delta, q, k, v, lse,
+         *_row_strides(q, k, v, o), heads, seq_q, k.shape[2], scale, scale * LOG2E),
+        dict(HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, SOURCE=source, CAUSAL=causal,
+             SCORE_LOW=spec.score_precision == "bf16", FUSED=spec.softmax == "fused_scale",
+             DELTA_LOW=spec.delta_precision == "bf16", INTERPRET=interpreting()),
+        _options(4, 2 if source >= DELTA_O_RECOMPUTE else 1),
     )  # fmt: skip
     return delta
 
@@ -271,18 +211,19 @@ def attention_backward(
         grid = (
             max(_cdiv(seq_k, config.block_n1), _cdiv(seq_q, config.block_m2)),
             batch * heads,
+            1,
         )
-        attn_bwd_kernel[grid](
-            q, k, v, do, dq, dk, dv, lse, delta,
-            *_row_strides(q, k, v, do, dq, dk),
-            heads, seq_q, seq_k, scale, scale * LOG2E,
-            HEAD_DIM=head_dim,
-            BLOCK_M1=config.block_m1, BLOCK_N1=config.block_n1,
-            BLOCK_M2=config.block_m2, BLOCK_N2=config.block_n2,
-            CAUSAL=causal, SCORE_LOW=spec.score_precision == "bf16",
-            FUSED=spec.softmax == "fused_scale", P_LOW=spec.p_bar_precision == "bf16",
-            DS_LOW=spec.ds_precision == "bf16", INTERPRET=interpreting(),
-            num_warps=config.num_warps, num_stages=config.num_stages, **_NO_FP_FUSION,
+        _BACKWARD(
+            grid,
+            (q, k, v, do, dq, dk, dv, lse, delta, *_row_strides(q, k, v, do, dq, dk),
+             heads, seq_q, seq_k, scale, scale * LOG2E),
+            dict(HEAD_DIM=head_dim,
+                 BLOCK_M1=config.block_m1, BLOCK_N1=config.block_n1,
+                 BLOCK_M2=config.block_m2, BLOCK_N2=config.block_n2,
+                 CAUSAL=causal, SCORE_LOW=spec.score_precision == "bf16",
+                 FUSED=spec.softmax == "fused_scale", P_LOW=spec.p_bar_precision == "bf16",
+                 DS_LOW=spec.ds_precision == "bf16", INTERPRET=interpreting()),
+            _options(config.num_warps, config.num_stages),
         )  # fmt: skip
 
     _launch_fitting(launch, config, ("bwd", q.device, q.dtype, head_dim, causal, spec))
@@ -353,6 +294,14 @@ def _backward_config(
     )  # fmt: skip
 
 
+def _options(num_warps: int, num_stages: int, max_registers: int | None = None) -> dict[str, Any]:
+    """Triton launch options (maxnreg only when capped)."""
+    options: dict[str, Any] = {"num_warps": num_warps, "num_stages": num_stages, **_NO_FP_FUSION}
+    if max_registers is not None:
+        options["maxnreg"] = max_registers
+    return options
+
+
 def _row_strides(*tensors: torch.Tensor) -> tuple[int, ...]:
     """Batch, head and row strides of each [batch, heads, seq, head_dim] tensor, in order (the
     kernels' stride arguments; the last dimension is contiguous)."""
@@ -369,37 +318,5 @@ def _next_power_of_2(n: int) -> int:
     return 1 << (n - 1).bit_length() if n > 0 else 0
 
 
-def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
+def last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
-
-
-def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> float:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            raise FlashprobeError(f"{name} must be a 4-D tensor [batch, heads, seq, head_dim]")
-        if t.dtype not in (torch.bfloat16, torch.float16):
-            raise FlashprobeError(
-                f"{name} must be bf16 or fp16 for the Triton kernels, got {t.dtype}"
-            )
-    if not (q.dtype == k.dtype == v.dtype):
-        raise FlashprobeError("q, k and v must share one dtype")
-    if not (q.device == k.device == v.device):
-        raise FlashprobeError("q, k and v must be on one device")
-    batch, heads, _, head_dim = q.shape
-    if k.shape[:2] != (batch, heads) or v.shape[:2] != (batch, heads):
-        raise FlashprobeError("q, k and v must share batch and head counts")
-    if k.shape != v.shape or k.shape[3] != head_dim:
-        raise FlashprobeError("k and v must have one shape, with q's head_dim")
-    if head_dim not in _HEAD_DIMS:
-        raise FlashprobeError(f"head_dim must be one of {_HEAD_DIMS} for the Triton kernels")
-    if q.shape[2] == 0 or k.shape[2] == 0:
-        raise FlashprobeError("sequence lengths must be positive")
-    if q.device.type != "cuda" and not interpreting():
-        raise FlashprobeError(
-            "the Triton kernels need CUDA tensors; on CPU set TRITON_INTERPRET=1 before "
-            "importing flashprobe.kernels"
-        )
-    scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
-    if not (math.isfinite(scale) and scale > 0):
-        raise FlashprobeError(f"scale must be a finite number > 0, got {scale}")
-    return scale

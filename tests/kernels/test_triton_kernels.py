@@ -186,6 +186,39 @@ def test_wide_key_tiles_at_head_dim_256_step_down_to_fit_shared_memory() -> None
     check_gate(q, k, v, do, spec, causal=True, label="d256 bn128")
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAVE_GPU, reason="no GPU")
+def test_a_relaunch_matches_the_first_launch() -> None:
+    """Later calls of a compiled variant skip JITFunction.run (kernels.fastlaunch): they must
+    compute the same bits, and inputs at a 2-byte offset (no 16-byte alignment) must get a
+    kernel compiled for them, with the same results."""
+    spec = make_spec("sfa")
+    q, k, v, do = qkv_do(2, 3, 300, 300, 64, torch.bfloat16, "cuda", seed=7)
+    first = run_kernel(q, k, v, do, spec, True)
+    again = run_kernel(q, k, v, do, spec, True)
+    compiled = len(launch._FORWARD.compiled), len(launch._BACKWARD.compiled)
+
+    def misaligned(t: torch.Tensor) -> torch.Tensor:
+        buffer = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
+        view = buffer[1:].view(t.shape)
+        view.copy_(t)
+        return view.requires_grad_()
+
+    leaves = [misaligned(t) for t in (q, k, v)]
+    assert leaves[0].data_ptr() % 16 != 0
+    o, stats = triton_attention(*leaves, causal=True, spec=spec, return_stats=True)
+    shifted = (o.detach(), stats, *torch.autograd.grad(o, leaves, do))
+    assert len(launch._FORWARD.compiled) > compiled[0]
+    assert len(launch._BACKWARD.compiled) > compiled[1]
+    for other in (again, shifted):
+        for name, a, b in zip(("o", "stats", "dq", "dk", "dv"), first, other, strict=True):
+            if name == "stats":
+                for field in ("lse", "row_max", "tie_events", "p_bar_ones"):
+                    assert torch.equal(getattr(a, field), getattr(b, field)), field
+            else:
+                assert torch.equal(a, b), name
+
+
 def check_gate(q, k, v, do, spec, causal, label=""):
     o, stats, dq, dk, dv = run_kernel(q, k, v, do, spec, causal)
     gold = golden_forward(q, k, v, causal=causal)
