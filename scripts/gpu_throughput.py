@@ -10,8 +10,11 @@ Runs, in one process and on identical data, short `train_run`s of GPT-2 124M (12
   4. `fa2` with instrumentation and metrics on (attention stats every step, W_Q/W_K
      spectral norms every 10 steps),
 and reports the median tokens/s over the steps after a warm-up (compilation excluded), plus
-the ratios the ablate issue asks for (≥ 0.9× and ≥ 0.8× SDPA). Also times the attention call
-alone at this shape (forward + backward) to separate kernel time from model overhead.
+the ratios the ablate issue asks for (≥ 0.9× and ≥ 0.8× SDPA). Each variant also runs with
+`train.compile` (name + "+compile"), against the compiled SDPA model. Also times the attention
+call alone at this shape (forward + backward): its wall time, and the host time it takes to
+issue it (measured behind a long GPU sleep, so the host never waits), with kernel relaunches
+on (`kernels.fastlaunch`) and off (every launch through `JITFunction.run`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import json
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +51,7 @@ VARIANTS = {
 def run_variant(name: str, steps: int, batch: int, warmup: int, out_dir: Path) -> dict:
     from flashprobe.train import TrainConfig, train_run
 
-    attention, metrics = VARIANTS[name]
+    attention, metrics = VARIANTS[name.removesuffix("+compile")]
     config = TrainConfig.from_dict(
         {
             "model": {**GPT2, "attention": attention},
@@ -59,6 +63,7 @@ def run_variant(name: str, steps: int, batch: int, warmup: int, out_dir: Path) -
                 "device": "cuda",
                 "seed": 0,
                 "checkpoint_final": False,
+                "compile": name.endswith("+compile"),
             },
             "metrics": {"eval_every": 0, **metrics},
         }
@@ -81,10 +86,12 @@ def attention_only(batch: int) -> dict:
     from triton.testing import do_bench
 
     import flashprobe
+    from flashprobe.kernels import launch
 
     shape = (batch, GPT2["n_head"], GPT2["block_size"], GPT2["n_embd"] // GPT2["n_head"])
     q, k, v, do = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(4))
     leaves = [t.requires_grad_() for t in (q, k, v)]
+    launchers = (launch._FORWARD, launch._PREPROCESS, launch._BACKWARD)
 
     def ours() -> None:
         flashprobe.attention(*leaves, causal=True, spec="fa2", backend="triton").backward(do)
@@ -92,11 +99,27 @@ def attention_only(batch: int) -> dict:
     def peer() -> None:
         sdpa(*leaves, is_causal=True).backward(do)
 
-    return {
-        "shape": list(shape),
-        "fa2_fwd_bwd_ms": do_bench(ours, return_mode="median"),
-        "sdpa_fwd_bwd_ms": do_bench(peer, return_mode="median"),
-    }
+    def host_ms(fn, calls: int = 50) -> float:  # type: ignore[no-untyped-def]
+        fn()
+        torch.cuda.synchronize()
+        torch.cuda._sleep(2_000_000_000)  # ~1 s of GPU work queued ahead: the host never waits
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        elapsed = time.perf_counter() - start
+        torch.cuda.synchronize()
+        return 1e3 * elapsed / calls
+
+    result: dict = {"shape": list(shape)}
+    for relaunch in (True, False):
+        for launcher in launchers:
+            launcher.enabled = relaunch
+        tag = "" if relaunch else "_no_relaunch"
+        result[f"fa2_fwd_bwd_ms{tag}"] = do_bench(ours, return_mode="median")
+        result[f"fa2_host_ms{tag}"] = host_ms(ours)
+    result["sdpa_fwd_bwd_ms"] = do_bench(peer, return_mode="median")
+    result["sdpa_host_ms"] = host_ms(peer)
+    return result
 
 
 def main() -> None:
@@ -105,20 +128,30 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--warmup", type=int, default=10)
+    names = [*VARIANTS, *(f"{n}+compile" for n in VARIANTS)]
+    parser.add_argument("--variants", nargs="+", choices=names, default=names)
+    parser.add_argument("--no-attention", action="store_true", help="skip the attention timing")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
     from flashprobe.environment import environment
 
-    results = {"environment": environment("cuda"), "attention_only": attention_only(args.batch)}
-    print(json.dumps(results["attention_only"]))
+    results: dict = {"environment": environment("cuda")}
+    if not args.no_attention:
+        results["attention_only"] = attention_only(args.batch)
+        print(json.dumps(results["attention_only"]))
     with tempfile.TemporaryDirectory() as tmp:
-        runs = [run_variant(n, args.steps, args.batch, args.warmup, Path(tmp)) for n in VARIANTS]
-    base = runs[0]["median_tokens_per_s"]
+        runs = []
+        for name in args.variants:
+            runs.append(run_variant(name, args.steps, args.batch, args.warmup, Path(tmp)))
+            print(json.dumps(runs[-1]), flush=True)
+    rates = {run["variant"]: run["median_tokens_per_s"] for run in runs}
     for run in runs:
-        run["ratio_to_sdpa"] = run["median_tokens_per_s"] / base
-        print(f"{run['variant']:<20} {run['median_tokens_per_s']:>10.0f} tok/s  "
-              f"{run['ratio_to_sdpa']:.3f}× sdpa  loss {run['final_loss']:.3f}")  # fmt: skip
+        peer = "sdpa+compile" if run["variant"].endswith("+compile") else "sdpa"
+        run["ratio_to_sdpa"] = run["median_tokens_per_s"] / rates[peer] if peer in rates else None
+        ratio = "" if run["ratio_to_sdpa"] is None else f"{run['ratio_to_sdpa']:.3f}× sdpa"
+        print(f"{run['variant']:<28} {run['median_tokens_per_s']:>10.0f} tok/s  {ratio}  "
+              f"loss {run['final_loss']:.3f}")  # fmt: skip
     results["runs"] = runs
     (args.out / "throughput.json").write_text(json.dumps(results, indent=1))
 

@@ -105,6 +105,10 @@ class LoopConfig(_Section):
     #: of failing where an op has none), so one config and seed give the same numbers on one
     #: machine; the Triton kernels are deterministic either way.
     deterministic: bool = True
+    #: torch.compile the model (nanoGPT's default): fewer kernel launches and far less host
+    #: work per step; flashprobe's Triton attention stays one op each way (kernels.ops).
+    #: Compiling costs time on the first steps and again when instrumentation turns on.
+    compile: bool = False
     #: Save a checkpoint every this many steps (0: only the final one, if checkpoint_final).
     checkpoint_every: int = 0
     checkpoint_final: bool = True

@@ -164,9 +164,11 @@ class _Run:
         self.model = GPT(model_config).to(dist.device)
         self.optimizer = build_optimizer(self.model, config.optimizer)
         self.trained: torch.nn.Module = self.model
+        if config.train.compile:
+            self.trained = torch.compile(self.model)  # type: ignore[assignment]
         if dist.world_size > 1:
             ids = [dist.device.index] if dist.device.type == "cuda" else None
-            self.trained = DistributedDataParallel(self.model, device_ids=ids)
+            self.trained = DistributedDataParallel(self.trained, device_ids=ids)
         self.sampler = BatchSampler(
             len(self.dataset.train), model_config.block_size, config.train.batch_size,
             config.train.seed,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -179,6 +180,32 @@ def test_a_diverging_run_stops_and_records_the_step(tmp_path, make_config) -> No
     records = read_jsonl(tmp_path / "run" / "metrics.jsonl")
     assert records[-1]["divergence"]["step"] == summary.diverged_step
     assert not math.isnan(summary.min_loss)
+
+
+def test_a_compiled_model_trains_exactly_as_the_eager_one(tmp_path, make_config, monkeypatch):
+    """train.compile with the Triton attention: same losses and attention stats, steps with and
+    without instrumentation. (aot_eager: what dynamo captures is what could go wrong; inductor
+    would take minutes to build on CI's CPU.)"""
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    attention = {"impl": "flashprobe", "spec": "sfa", "backend": "triton"}
+
+    def run(name: str, compile: bool) -> list[dict]:
+        config = make_config(
+            model={"attention": attention},
+            train={"steps": 2, "batch_size": 2, "compile": compile},
+            metrics={"attention_stats_every": 2, "eval_every": 0, "spectral_every": 0},
+        )
+        train_run(config, tmp_path / name)
+        return read_jsonl(tmp_path / name / "metrics.jsonl")
+
+    torch._dynamo.reset()
+    eager = run("eager", False)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 0
+    compiled = run("compiled", True)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 2, "both step kinds"
+    assert [r["loss"] for r in compiled] == [r["loss"] for r in eager]
+    assert [r.get("attention") for r in compiled] == [r.get("attention") for r in eager]
+    assert ["attention" in r for r in compiled] == [False, True]
 
 
 def test_flashprobe_kernel_run_with_capture(tmp_path, make_config) -> None:
