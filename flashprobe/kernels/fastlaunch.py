@@ -1,11 +1,11 @@
 """Relaunching a compiled Triton kernel without `JITFunction.run`'s per-call Python.
 
-On every call, `kernel[grid](...)` re-derives each argument's specialization (dtype, 16-byte
-alignment, divisibility by 16, == 1, 32/64-bit), builds a string cache key and looks the
-compiled kernel up: about 90 µs a launch on the H200 host we measure on, three launches per
-attention forward + backward. `Launcher` keeps the `CompiledKernel` the first launch returns,
-under a key at least as fine as Triton's specialization (`arg_fingerprint`), and calls its C
-launcher directly afterwards. Under the interpreter it always goes through `run`.
+On every call, `kernel[grid](...)` binds the arguments, re-derives each one's specialization
+(dtype, 16-byte alignment, divisibility by 16, == 1, 32/64-bit), builds a string cache key and
+looks the compiled kernel up. `Launcher` keeps the `CompiledKernel` the first launch returns,
+under a key that is finer than Triton's specialization yet cheap to build: each pointer's dtype
+and 16-byte alignment, and the scalars' exact values and types. Later launches with the same
+key call its C launcher directly. Under the interpreter it always goes through `run`.
 """
 
 from __future__ import annotations
@@ -15,28 +15,27 @@ from typing import Any
 import torch
 from triton.runtime import driver
 
-_I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
+#: Keys kept per kernel before the cache starts over (shapes that keep changing, e.g. a
+#: sequence that grows, would otherwise grow it without bound).
+MAX_KEYS = 1024
 
 
-def arg_fingerprint(arg: Any) -> Any:
-    """What Triton specializes a runtime argument on, or more.
+def pointer_key(t: torch.Tensor) -> tuple[torch.dtype, bool]:
+    """What Triton specializes a pointer argument on: its dtype and 16-byte alignment."""
+    return t.dtype, t.data_ptr() % 16 == 0
 
-    Tensors: dtype and 16-byte alignment. Ints: == 1 (becomes a constant), divisibility by 16,
-    32-bit range. Floats and others: their type (Triton does not specialize on the value).
-    tests/kernels/test_fastlaunch.py checks this against Triton's own specializer.
-    """
-    if isinstance(arg, torch.Tensor):
-        return arg.dtype, arg.data_ptr() % 16 == 0
-    if type(arg) is int:
-        return arg == 1, arg % 16 == 0, _I32_MIN <= arg <= _I32_MAX
-    return type(arg)
+
+def launch_key(scalars: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Scalars by value and type (1, 1.0 and True are one dict key but three specializations)."""
+    return scalars, tuple(map(type, scalars))
 
 
 class Launcher:
-    """`launcher(grid, args, constexprs, options)` ≡ `fn[grid](*args, **constexprs, **options)`.
+    """`launcher(grid, pointers, scalars, constexprs, options)` does what
+    `fn[grid](*pointers, *scalars, **constexprs, **options)` does.
 
-    args: the runtime arguments, in signature order; constexprs: every `tl.constexpr`
-    parameter after them, by name; options: launch options (num_warps, num_stages, ...).
+    pointers, then scalars: the runtime arguments, in signature order; constexprs: every
+    `tl.constexpr` parameter after them, by name; options: num_warps, num_stages, ...
     """
 
     def __init__(self, fn: Any) -> None:
@@ -49,24 +48,28 @@ class Launcher:
     def __call__(
         self,
         grid: tuple[int, int, int],
-        args: tuple[Any, ...],
+        pointers: tuple[torch.Tensor, ...],
+        scalars: tuple[Any, ...],
         constexprs: dict[str, Any],
         options: dict[str, Any],
     ) -> None:
         if not self.enabled:
-            self.fn[grid](*args, **constexprs, **options)
+            self.fn[grid](*pointers, *scalars, **constexprs, **options)
             return
-        device = driver.active.get_current_device()
+        device = driver.active.get_current_device()  # where `run` would launch
         key = (
             device,
-            tuple(map(arg_fingerprint, args)),
+            tuple(map(pointer_key, pointers)),
+            launch_key(scalars),
             tuple(constexprs.items()),
             tuple(options.items()),
         )
         kernel = self.compiled.get(key)
         if kernel is None:
-            self.compiled[key] = self.fn[grid](*args, **constexprs, **options)
+            if len(self.compiled) >= MAX_KEYS:
+                self.compiled.clear()
+            self.compiled[key] = self.fn[grid](*pointers, *scalars, **constexprs, **options)
             return
-        tail = [constexprs[name] for name in self.arg_names[len(args) :]]
-        # The device and stream `run` would launch on.
-        kernel[grid](*args, *tail, stream=driver.active.get_current_stream(device))
+        tail = [constexprs[name] for name in self.arg_names[len(pointers) + len(scalars) :]]
+        stream = driver.active.get_current_stream(device)
+        kernel[grid](*pointers, *scalars, *tail, stream=stream)

@@ -112,8 +112,8 @@ def attention_forward(
         grid = (_cdiv(seq_q, block_m), batch * heads, 1)
         _FORWARD(
             grid,
-            (q, k, v, o, o32, lse, row_max, tie_events, p_ones, *_row_strides(q, k, v, o),
-             heads, seq_q, seq_k, max(logical_n, 1),
+            (q, k, v, o, o32, lse, row_max, tie_events, p_ones),
+            (*_row_strides(q, k, v, o), heads, seq_q, seq_k, max(logical_n, 1),
              scale, scale * LOG2E, spec.tie_tolerance * LOG2E, spec.beta),
             dict(HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, TWO_PASS=two_pass,
                  CAUSAL=causal, **forward_switches(spec, instrument=instrument,
@@ -170,8 +170,8 @@ def attention_delta(
     block_n = 32 if interpreting() else PREPROCESS_BLOCK_N
     _PREPROCESS(
         (_cdiv(seq_q, block_m), batch * heads, 1),
-        (o, o_fp32 if o_fp32 is not None else o, do, delta, q, k, v, lse,
-         *_row_strides(q, k, v, o), heads, seq_q, k.shape[2], scale, scale * LOG2E),
+        (o, o_fp32 if o_fp32 is not None else o, do, delta, q, k, v, lse),
+        (*_row_strides(q, k, v, o), heads, seq_q, k.shape[2], scale, scale * LOG2E),
         dict(HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, SOURCE=source, CAUSAL=causal,
              SCORE_LOW=spec.score_precision == "bf16", FUSED=spec.softmax == "fused_scale",
              DELTA_LOW=spec.delta_precision == "bf16", INTERPRET=interpreting()),
@@ -215,8 +215,8 @@ def attention_backward(
         )
         _BACKWARD(
             grid,
-            (q, k, v, do, dq, dk, dv, lse, delta, *_row_strides(q, k, v, do, dq, dk),
-             heads, seq_q, seq_k, scale, scale * LOG2E),
+            (q, k, v, do, dq, dk, dv, lse, delta),
+            (*_row_strides(q, k, v, do, dq, dk), heads, seq_q, seq_k, scale, scale * LOG2E),
             dict(HEAD_DIM=head_dim,
                  BLOCK_M1=config.block_m1, BLOCK_N1=config.block_n1,
                  BLOCK_M2=config.block_m2, BLOCK_N2=config.block_n2,

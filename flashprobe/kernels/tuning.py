@@ -59,7 +59,12 @@ INTERPRETER_BWD = BwdConfig(16, 32, 32, 16, num_warps=4, num_stages=1)
 
 
 def arch_name(device: torch.device) -> str:
-    major, minor = torch.cuda.get_device_capability(device)
+    return _arch_name(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.cache  # asked on every launch; torch's query takes ~25 µs
+def _arch_name(index: int) -> str:
+    major, minor = torch.cuda.get_device_capability(index)
     return f"sm{major}{minor}"
 
 

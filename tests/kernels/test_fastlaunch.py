@@ -16,13 +16,15 @@ from triton._C.libtriton import native_specialize_impl
 from triton.backends.compiler import BaseBackend
 
 from flashprobe.kernels import fastlaunch
-from flashprobe.kernels.fastlaunch import Launcher, arg_fingerprint
+from flashprobe.kernels.fastlaunch import Launcher, launch_key, pointer_key
 
 _BUFFER = torch.zeros(64, dtype=torch.float32)
-SAMPLES: list[Any] = [
+SCALARS: list[Any] = [
     *(0, 1, 2, 15, 16, 17, 32, 48, 1000, 1024, -1, -16, -17),
     *(2**31 - 16, 2**31 - 1, 2**31, 2**31 + 16, -(2**31), -(2**31) - 1, 2**40),
-    *(0.0, 1.0, 0.5, 2.0, 1e-3),
+    *(0.0, 1.0, 0.5, 2.0, 1e-3, True, False),
+]
+POINTERS: list[torch.Tensor] = [
     _BUFFER,
     _BUFFER[1:],
     _BUFFER[4:],
@@ -37,17 +39,18 @@ def triton_specialization(arg: Any) -> Any:
     return native_specialize_impl(BaseBackend, arg, False, True, True)
 
 
-def test_arguments_triton_tells_apart_get_different_fingerprints() -> None:
-    for a, b in itertools.combinations(SAMPLES, 2):
+def test_arguments_triton_tells_apart_get_different_keys() -> None:
+    for a, b in itertools.combinations(POINTERS, 2):
         if triton_specialization(a) != triton_specialization(b):
-            assert arg_fingerprint(a) != arg_fingerprint(b), (a, b)
+            assert pointer_key(a) != pointer_key(b), (a, b)
+    for a, b in itertools.combinations(SCALARS, 2):
+        if triton_specialization(a) != triton_specialization(b):
+            assert launch_key((a,)) != launch_key((b,)), (a, b)
 
 
-def test_fingerprints_see_alignment_and_divisibility() -> None:
-    assert arg_fingerprint(_BUFFER) != arg_fingerprint(_BUFFER[1:])
-    assert arg_fingerprint(32) != arg_fingerprint(33)
-    assert arg_fingerprint(1) != arg_fingerprint(3)
-    assert arg_fingerprint(2**31 + 16) != arg_fingerprint(16)
+def test_keys_see_alignment_and_type() -> None:
+    assert pointer_key(_BUFFER) != pointer_key(_BUFFER[1:])
+    assert launch_key((1,)) != launch_key((1.0,)) != launch_key((True,))
 
 
 class CompiledStandIn:
@@ -97,18 +100,19 @@ def test_a_repeated_launch_goes_to_the_compiled_kernel_with_constexprs_in_order(
     fn = JITFunction()
     launcher = Launcher(fn)
     constexprs, options = {"FLAG": True, "BLOCK": 64}, {"num_warps": 4}
-    launcher((2, 3, 1), (_BUFFER, 32, 0.5), constexprs, options)
-    launcher((5, 3, 1), (_BUFFER, 48, 0.25), constexprs, options)
+    launcher((2, 3, 1), (_BUFFER,), (32, 0.5), constexprs, options)
+    launcher((5, 3, 1), (_BUFFER,), (32, 0.5), constexprs, options)
     assert fn.launches[0] == ("run", (2, 3, 1), (_BUFFER, 32, 0.5), {**constexprs, **options})
-    assert fn.launches[1] == ("relaunch", (5, 3, 1), (_BUFFER, 48, 0.25, 64, True), 1234)
+    assert fn.launches[1] == ("relaunch", (5, 3, 1), (_BUFFER, 32, 0.5, 64, True), 1234)
 
 
 @pytest.mark.parametrize(
     "change",
     [
-        {"args": (_BUFFER[1:], 32, 0.5)},  # misaligned pointer
-        {"args": (_BUFFER, 33, 0.5)},  # not divisible by 16
-        {"args": (_BUFFER, 1, 0.5)},  # 1 is a constant to Triton
+        {"pointers": (_BUFFER[1:],)},  # misaligned
+        {"pointers": (_BUFFER.to(torch.bfloat16),)},
+        {"scalars": (48, 0.5)},  # any other value
+        {"scalars": (32, 1)},  # an int where a float was
         {"constexprs": {"FLAG": False, "BLOCK": 64}},
         {"options": {"num_warps": 8}},
     ],
@@ -117,13 +121,22 @@ def test_a_different_specialization_goes_through_run(fake_driver: None, change: 
     fn = JITFunction()
     launcher = Launcher(fn)
     call = {
-        "args": (_BUFFER, 32, 0.5),
+        "pointers": (_BUFFER,),
+        "scalars": (32, 0.5),
         "constexprs": {"FLAG": True, "BLOCK": 64},
         "options": {"num_warps": 4},
     }
     launcher((1, 1, 1), **call)
     launcher((1, 1, 1), **{**call, **change})
     assert [kind for kind, *_ in fn.launches] == ["run", "run"]
+    assert len(launcher.compiled) == 2
+
+
+def test_the_cache_starts_over_when_full(fake_driver: None, monkeypatch) -> None:
+    monkeypatch.setattr(fastlaunch, "MAX_KEYS", 3)
+    launcher = Launcher(JITFunction())
+    for n in range(5):
+        launcher((1, 1, 1), (_BUFFER,), (n, 0.5), {"FLAG": True, "BLOCK": 64}, {})
     assert len(launcher.compiled) == 2
 
 
@@ -134,5 +147,5 @@ def test_an_interpreted_kernel_always_goes_through_run() -> None:
     fn = InterpretedFunction()
     launcher = Launcher(fn)
     for _ in range(2):
-        launcher((1, 1, 1), (_BUFFER, 32, 0.5), {"FLAG": True, "BLOCK": 64}, {})
+        launcher((1, 1, 1), (_BUFFER,), (32, 0.5), {"FLAG": True, "BLOCK": 64}, {})
     assert [kind for kind, *_ in fn.launches] == ["run", "run"]
