@@ -93,6 +93,10 @@ class KernelSpec:
 
     def __post_init__(self) -> None:
         _validate(self)
+        # The spec as canonical JSON, fixed at construction: kernels.ops passes it to its
+        # custom ops, and torch.compile reads a plain attribute where it could not call a
+        # function on a frozen dataclass. Not a field: equality, hashing and to_dict ignore it.
+        object.__setattr__(self, "json", json.dumps(self.to_dict(), sort_keys=True))
 
     # -- derived views ------------------------------------------------------------------
     @property
@@ -117,8 +121,7 @@ class KernelSpec:
 
     def key(self) -> str:
         """Stable short hash of the numerics-relevant fields (for caches and result stores)."""
-        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:12]
+        return hashlib.sha256(self.json.encode()).hexdigest()[:12]
 
     def describe(self, base: KernelSpec | str | None = None) -> str:
         """A compact label: the closest preset plus the fields that differ from it."""

@@ -47,7 +47,7 @@ def triton_attention(
     scale = _check_inputs(q, k, v, scale)
     if torch.compiler.is_compiling():
         o, lse, _o32, row_max, tie_events, p_ones = ops.attention_fwd(
-            q, k, v, causal, ops.spec_json(spec), scale, return_stats
+            q, k, v, causal, spec.json, scale, return_stats
         )
         if not return_stats:
             return o

@@ -6,7 +6,8 @@ compiled graph keeps one forward and one backward node per attention and fuses e
 around them, with no graph break. The ops run the same `attention_forward` /
 `attention_backward` as the eager path, so both compute the same bits.
 
-A KernelSpec crosses the op boundary as its JSON (custom-op arguments must be plain types).
+A KernelSpec crosses the op boundary as its JSON, `spec.json` (custom-op arguments must be
+plain types).
 Outputs a call does not ask for (fp32 O, stats) come back as empty tensors.
 """
 
@@ -22,17 +23,6 @@ from flashprobe.kernels.launch import attention_backward, attention_forward, las
 from flashprobe.spec import KernelSpec
 
 _NOTHING = (0,)
-
-
-@torch.compiler.assume_constant_result
-def spec_json(spec: KernelSpec) -> str:
-    """The op argument for `spec` (a constant to dynamo, which need not trace json)."""
-    return _spec_json(spec)
-
-
-@lru_cache(maxsize=256)
-def _spec_json(spec: KernelSpec) -> str:
-    return json.dumps(spec.to_dict(), sort_keys=True)
 
 
 @lru_cache(maxsize=256)

@@ -34,17 +34,17 @@ def inputs(seed: int, m: int = 40, n: int = 40, d: int = 32) -> list[torch.Tenso
 @pytest.mark.parametrize("instrument", [False, True])
 def test_the_forward_op_passes_opcheck(name: str, instrument: bool) -> None:
     q, k, v = (t.requires_grad_() for t in inputs(0))
-    spec = ops.spec_json(SPECS[name])
+    spec = SPECS[name].json
     torch.library.opcheck(ops.attention_fwd, (q, k, v, True, spec, 0.2, instrument))
 
 
 def test_the_backward_op_passes_opcheck() -> None:
     q, k, v = inputs(1)
     spec = SPECS["o_fp32"]
-    o, lse, o32, *_ = ops.attention_fwd(q, k, v, False, ops.spec_json(spec), 0.2, False)
+    o, lse, o32, *_ = ops.attention_fwd(q, k, v, False, spec.json, 0.2, False)
     assert o32.shape == q.shape, "the o_fp32 spec keeps the fp32 O for its δ"
     do = torch.randn_like(o)
-    args = (q, k, v, o, lse, do, o32, False, ops.spec_json(spec), 0.2)
+    args = (q, k, v, o, lse, do, o32, False, spec.json, 0.2)
     torch.library.opcheck(ops.attention_bwd, args)
 
 
