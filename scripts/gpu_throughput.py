@@ -11,7 +11,8 @@ Runs, in one process and on identical data, short `train_run`s of GPT-2 124M (12
      spectral norms every 10 steps),
 and reports the median tokens/s over the steps after a warm-up (compilation excluded), plus
 the ratios the ablate issue asks for (≥ 0.9× and ≥ 0.8× SDPA). Each variant also runs with
-`train.compile` (name + "+compile"), against the compiled SDPA model. Also times the attention
+`train.compile` (name + "+compile") and with compile mode "reduce-overhead" (CUDA graphs,
+name + "+cudagraphs"), each against SDPA run the same way. Also times the attention
 call alone at this shape (forward + backward): its wall time, and the host time it takes to
 issue it (measured behind a long GPU sleep, so the host never waits), with kernel relaunches
 on (`kernels.fastlaunch`) and off (every launch through `JITFunction.run`).
@@ -48,10 +49,24 @@ VARIANTS = {
 }
 
 
+#: Name suffix → train.compile_mode (None: eager).
+COMPILE_MODES = {"": None, "+compile": "default", "+cudagraphs": "reduce-overhead"}
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """ "fa2-triton+compile" → ("fa2-triton", "+compile")."""
+    for suffix in COMPILE_MODES:
+        if suffix and name.endswith(suffix):
+            return name.removesuffix(suffix), suffix
+    return name, ""
+
+
 def run_variant(name: str, steps: int, batch: int, warmup: int, out_dir: Path) -> dict:
     from flashprobe.train import TrainConfig, train_run
 
-    attention, metrics = VARIANTS[name.removesuffix("+compile")]
+    base, suffix = split_name(name)
+    attention, metrics = VARIANTS[base]
+    mode = COMPILE_MODES[suffix]
     config = TrainConfig.from_dict(
         {
             "model": {**GPT2, "attention": attention},
@@ -63,7 +78,8 @@ def run_variant(name: str, steps: int, batch: int, warmup: int, out_dir: Path) -
                 "device": "cuda",
                 "seed": 0,
                 "checkpoint_final": False,
-                "compile": name.endswith("+compile"),
+                "compile": mode is not None,
+                "compile_mode": mode or "default",
             },
             "metrics": {"eval_every": 0, **metrics},
         }
@@ -128,7 +144,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--warmup", type=int, default=10)
-    names = [*VARIANTS, *(f"{n}+compile" for n in VARIANTS)]
+    names = [f"{name}{suffix}" for suffix in COMPILE_MODES for name in VARIANTS]
     parser.add_argument("--variants", nargs="+", choices=names, default=names)
     parser.add_argument("--no-attention", action="store_true", help="skip the attention timing")
     args = parser.parse_args()
@@ -147,7 +163,7 @@ def main() -> None:
             print(json.dumps(runs[-1]), flush=True)
     rates = {run["variant"]: run["median_tokens_per_s"] for run in runs}
     for run in runs:
-        peer = "sdpa+compile" if run["variant"].endswith("+compile") else "sdpa"
+        peer = "sdpa" + split_name(run["variant"])[1]
         run["ratio_to_sdpa"] = run["median_tokens_per_s"] / rates[peer] if peer in rates else None
         ratio = "" if run["ratio_to_sdpa"] is None else f"{run['ratio_to_sdpa']:.3f}× sdpa"
         print(f"{run['variant']:<28} {run['median_tokens_per_s']:>10.0f} tok/s  {ratio}  "

@@ -107,8 +107,10 @@ class LoopConfig(_Section):
     deterministic: bool = True
     #: torch.compile the model (nanoGPT's default): fewer kernel launches and far less host
     #: work per step; flashprobe's Triton attention stays one op each way (kernels.ops).
-    #: Compiling costs time on the first steps and again when instrumentation turns on.
+    #: Steps that record attention stats or capture tensors run eagerly (no recompiles).
     compile: bool = False
+    #: torch.compile's mode: "reduce-overhead" also replays each step as CUDA graphs.
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune-no-cudagraphs"] = "default"
     #: Save a checkpoint every this many steps (0: only the final one, if checkpoint_final).
     checkpoint_every: int = 0
     checkpoint_final: bool = True

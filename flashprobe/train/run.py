@@ -165,7 +165,7 @@ class _Run:
         self.optimizer = build_optimizer(self.model, config.optimizer)
         self.trained: torch.nn.Module = self.model
         if config.train.compile:
-            self.trained = torch.compile(self.model)  # type: ignore[assignment]
+            self.trained = torch.compile(self.model, mode=config.train.compile_mode)  # type: ignore[assignment]
         if dist.world_size > 1:
             ids = [dist.device.index] if dist.device.type == "cuda" else None
             self.trained = DistributedDataParallel(self.trained, device_ids=ids)
@@ -314,8 +314,14 @@ class _Run:
             if want_stats or capture
             else contextlib.nullcontext()
         )
+        # A compiled model would recompile for each step's new recorder: run those eagerly.
+        eager = (
+            torch.compiler.set_stance("force_eager")
+            if cfg.train.compile and (want_stats or capture)
+            else contextlib.nullcontext()
+        )
         start = time.perf_counter()
-        with instrument as recorder:
+        with instrument as recorder, eager:
             loss = self._forward_backward(rank_share(offsets, dist.rank, dist.world_size))
         max_norm = cfg.train.grad_clip if cfg.train.grad_clip is not None else math.inf
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))

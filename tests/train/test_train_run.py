@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
@@ -183,10 +182,16 @@ def test_a_diverging_run_stops_and_records_the_step(tmp_path, make_config) -> No
 
 
 def test_a_compiled_model_trains_exactly_as_the_eager_one(tmp_path, make_config, monkeypatch):
-    """train.compile with the Triton attention: same losses and attention stats, steps with and
-    without instrumentation. (aot_eager: what dynamo captures is what could go wrong; inductor
-    would take minutes to build on CI's CPU.)"""
-    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    """train.compile with the Triton attention: same losses and attention stats; the step that
+    records stats runs eagerly instead of recompiling. (aot_eager: what dynamo captures is what
+    could go wrong; inductor would take minutes to build on CI's CPU.)"""
+    compile = torch.compile
+
+    def aot_eager(model, mode):  # type: ignore[no-untyped-def]
+        assert mode == "default"
+        return compile(model, backend="aot_eager")
+
+    monkeypatch.setattr(torch, "compile", aot_eager)
     attention = {"impl": "flashprobe", "spec": "sfa", "backend": "triton"}
 
     def run(name: str, compile: bool) -> list[dict]:
@@ -202,7 +207,7 @@ def test_a_compiled_model_trains_exactly_as_the_eager_one(tmp_path, make_config,
     eager = run("eager", False)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 0
     compiled = run("compiled", True)
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 2, "both step kinds"
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
     assert [r["loss"] for r in compiled] == [r["loss"] for r in eager]
     assert [r.get("attention") for r in compiled] == [r.get("attention") for r in eager]
     assert ["attention" in r for r in compiled] == [False, True]
