@@ -1,12 +1,21 @@
 """Shared fixtures. The error gate itself lives in `flashprobe.numerics.gate` (importable from
-any test directory, unlike a conftest module)."""
+any test directory, unlike a conftest module).
+
+Without CUDA, the Triton kernels run in Triton's interpreter, which is chosen when Triton and
+each kernel are first imported: so TRITON_INTERPRET is set here, before any test module
+imports them (on a machine with CUDA it is left alone, and `pytest -m gpu` runs compiled).
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import pytest
 import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 

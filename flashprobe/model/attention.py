@@ -144,7 +144,6 @@ def _flashprobe(
     )
 
 
-@torch.compiler.disable  # the emulator's rounding helpers are not traceable; runs eagerly
 def _softmax_sum_error(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, spec: Any) -> Any:
     """ΣP − 1 (batch × heads × sampled rows) of the softmax the backward will recompute from
     this forward's lse, on SUM_CHECK_ROWS evenly spaced rows ending with the last (one extra

@@ -1,6 +1,6 @@
 """The kernels' shared helpers (flashprobe.kernels.common) on hand-made edge values.
 
-CPU cases run under Triton's interpreter (see conftest.py); CUDA cases carry the `gpu` mark.
+CPU cases run under Triton's interpreter (see tests/conftest.py); CUDA cases carry the `gpu` mark.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import os
 import pytest
 import torch
 
-if not torch.cuda.is_available():  # before the kernels are imported (see conftest.py)
+if not torch.cuda.is_available():  # before the kernels are imported (see tests/conftest.py)
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import triton

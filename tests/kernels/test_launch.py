@@ -11,7 +11,7 @@ import os
 import pytest
 import torch
 
-if not torch.cuda.is_available():  # before the kernels are imported (see conftest.py)
+if not torch.cuda.is_available():  # before the kernels are imported (see tests/conftest.py)
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from triton.runtime.errors import OutOfResources

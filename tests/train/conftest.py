@@ -1,19 +1,10 @@
-"""Tiny CPU training configs (2 layers, 64 wide, sequence 32, a 300 kB stdlib corpus).
-
-Without CUDA, the Triton kernels run in the interpreter (as in tests/kernels/conftest.py): the
-variable must be set before anything imports flashprobe.kernels.
-"""
+"""Tiny CPU training configs (2 layers, 64 wide, sequence 32, a 300 kB stdlib corpus)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 import pytest
-import torch
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from flashprobe.train import TrainConfig
 
