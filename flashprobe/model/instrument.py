@@ -57,14 +57,14 @@ class LayerStats:
         heads = row_max.shape[1]
         nan = torch.full((heads,), float("nan"), dtype=torch.float64, device=row_max.device)
 
-        def total(t: torch.Tensor | None) -> torch.Tensor:
-            return nan if t is None else t.detach().double().sum(dim=(0, 2))
+        def total(t: torch.Tensor | None) -> torch.Tensor:  # summed in fp64, no fp64 copy
+            return nan if t is None else t.detach().sum(dim=(0, 2), dtype=torch.float64)
 
-        row_max = row_max.detach().double()
-        max_logit, min_row_max = row_max.amax(dim=(0, 2)), row_max.amin(dim=(0, 2))
+        row_max = row_max.detach()
+        extremes = torch.stack((row_max.amax(dim=(0, 2)), row_max.amin(dim=(0, 2)))).double()
         rows = nan if sum_error is None else torch.full_like(nan, sum_error[:, 0].numel())
         return cls(
-            max_logit, min_row_max, total(tie_events), total(p_bar_ones), total(sum_error), rows
+            extremes[0], extremes[1], total(tie_events), total(p_bar_ones), total(sum_error), rows
         )
 
     @classmethod
@@ -119,16 +119,16 @@ class KeyGradStats:
     def from_grads(cls, dk: torch.Tensor, q: torch.Tensor) -> KeyGradStats:
         """dk, q: batch × heads × seq × head_dim; summed in fp32 (fp64 inputs: in fp64)."""
         work = torch.promote_types(dk.dtype, torch.float32)
-        dk, q = dk.to(work), q.to(work)
-        leak = dk.sum(dim=2)
-        q_mean = q.mean(dim=2)
-        sums = (
+        # Reductions in `work` straight from the 16-bit tensors: no full-size fp32 copies.
+        leak = dk.sum(dim=2, dtype=work)
+        q_mean = q.mean(dim=2, dtype=work)
+        sums = torch.stack((
             leak.square().sum(dim=(0, 2)),
-            dk.square().sum(dim=(0, 2, 3)),
+            torch.linalg.vector_norm(dk, dim=(0, 2, 3), dtype=work).square(),
             -(leak * q_mean).sum(dim=(0, 2)),
             (leak.norm(dim=-1) * q_mean.norm(dim=-1)).sum(dim=0),
-        )
-        return cls(*(t.double() for t in sums))
+        )).double()  # fmt: skip
+        return cls(*sums.unbind(0))
 
     def merge(self, other: KeyGradStats) -> KeyGradStats:
         return KeyGradStats(
