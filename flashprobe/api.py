@@ -84,7 +84,7 @@ def attention(
     """
     kernel_spec = resolve_spec(spec)
     _check_inputs(q, k, v, causal, scale)
-    chosen = _choose_backend(backend, q)
+    chosen = choose_backend(backend, q)
 
     if chosen == "triton":
         triton_attention = _load_triton_backend()
@@ -150,7 +150,8 @@ def _triton_available() -> bool:
     return True
 
 
-def _choose_backend(backend: Any, q: torch.Tensor) -> str:
+def choose_backend(backend: Any, q: torch.Tensor) -> str:
+    """The backend that `attention(q, ..., backend=backend)` runs: "triton" or "emulator"."""
     if backend not in BACKENDS:
         raise FlashprobeError(f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
     if backend != "auto":

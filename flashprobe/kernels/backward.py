@@ -38,6 +38,8 @@ DELTA_O_LOWP = 0
 DELTA_O_FP32 = 1
 DELTA_O_RECOMPUTE = 2
 DELTA_DP_P = 3
+#: Not a δ: ΣP − 1 per row of the P the backward recomputes (instrumented training's check).
+SUM_P_ERROR = 4
 
 
 @triton.jit
@@ -70,7 +72,10 @@ def attn_bwd_preprocess_kernel(
     SOURCE: tl.constexpr, CAUSAL: tl.constexpr, SCORE_LOW: tl.constexpr, FUSED: tl.constexpr,
     DELTA_LOW: tl.constexpr, INTERPRET: tl.constexpr,
 ):  # fmt: skip
-    """δ for BLOCK_M query rows of one (batch, head); Out, O32 and DO share strides stride_o*."""
+    """δ for BLOCK_M query rows of one (batch, head); Out, O32 and DO share strides stride_o*.
+
+    SOURCE 4 (SUM_P_ERROR) writes ΣP − 1 instead, from Q, K and LSE only.
+    """
     LOW: tl.constexpr = Q.dtype.element_ty
     start_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -79,7 +84,8 @@ def attn_bwd_preprocess_kernel(
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < M
     o_offs = off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :]
-    do = tl.load(DO + o_offs, mask=row_ok[:, None], other=0.0)
+    if SOURCE != 4:
+        do = tl.load(DO + o_offs, mask=row_ok[:, None], other=0.0)
     if SOURCE == 0:  # o_lowp
         o = tl.load(Out + o_offs, mask=row_ok[:, None], other=0.0).to(tl.float32)
         delta = tl.sum(do.to(tl.float32) * o, 1)
@@ -101,19 +107,24 @@ def attn_bwd_preprocess_kernel(
         for start_n in range(0, kv_end, BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
             k = load_rows(k_base, offs_n, offs_d, stride_kn, N, True)
-            v = load_rows(v_base, offs_n, offs_d, stride_vn, N, True)
             s_raw = dot_low(q, tl.trans(k), None, INTERPRET)
             p = _probabilities(
                 s_raw, lse_log2, scale, qk_scale, SCORE_LOW, FUSED, LOW, 0, INTERPRET
             )
             p = tl.where(causal_valid(offs_m, offs_n, N, CAUSAL), p, 0.0)
             if SOURCE == 2:  # o_recompute: O' = P V in fp32
+                v = load_rows(v_base, offs_n, offs_d, stride_vn, N, True)
                 o_acc = dot_f32(p, v, o_acc)
-            else:  # dp_p: sum_j P ∘ dP with dP = dO Vᵀ
+            elif SOURCE == 3:  # dp_p: sum_j P ∘ dP with dP = dO Vᵀ
+                v = load_rows(v_base, offs_n, offs_d, stride_vn, N, True)
                 dp = dot_low(do, tl.trans(v), None, INTERPRET)
                 delta += tl.sum(p * dp, 1)
+            else:  # ΣP
+                delta += tl.sum(p, 1)
         if SOURCE == 2:
             delta = tl.sum(do.to(tl.float32) * o_acc, 1)
+        elif SOURCE == 4:
+            delta = delta - 1.0
     if DELTA_LOW:
         delta = rnd(delta, LOW, INTERPRET)
     tl.store(DELTA + pid_bh.to(tl.int64) * M + offs_m, delta, mask=row_ok)

@@ -19,6 +19,7 @@ from flashprobe.kernels.backward import (
     DELTA_O_FP32,
     DELTA_O_LOWP,
     DELTA_O_RECOMPUTE,
+    SUM_P_ERROR,
     attn_bwd_kernel,
     attn_bwd_preprocess_kernel,
 )
@@ -161,23 +162,47 @@ def attention_delta(
 
     o, o_fp32 and do must be contiguous (they share strides in the kernel).
     """
-    batch, heads, seq_q, head_dim = q.shape
     source = _DELTA[spec.delta_source]
     if source == DELTA_O_FP32 and o_fp32 is None:
         raise FlashprobeError("delta_source 'o_fp32' needs the forward's fp32 O")
-    delta = torch.empty((batch, heads, seq_q), device=q.device, dtype=torch.float32)
+    return _preprocess(q, k, v, o, o_fp32 if o_fp32 is not None else o, do, lse, source=source,
+                       causal=causal, spec=spec, scale=scale,
+                       low=spec.delta_precision == "bf16")  # fmt: skip
+
+
+def softmax_sum_error(
+    q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, *, causal: bool, spec: KernelSpec,
+    scale: float,
+) -> torch.Tensor:  # fmt: skip
+    """ΣP − 1 per query row ([B, H, M] fp32) of the P that the backward recomputes from the
+    forward's `lse` (the emulator's `softmax_sum_error_qk`, every row): one preprocess launch
+    instead of the ~30 small torch ops of the emulator's version."""
+    q, k = last_dim_contiguous(q), last_dim_contiguous(k)
+    # Out, O32, DO and V are never read for this source; q stands in for them.
+    return _preprocess(q, k, k, q, q, q, lse, source=SUM_P_ERROR, causal=causal, spec=spec,
+                       scale=scale, low=False)  # fmt: skip
+
+
+def _preprocess(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, o32: torch.Tensor,
+    do: torch.Tensor, lse: torch.Tensor, *, source: int, causal: bool, spec: KernelSpec,
+    scale: float, low: bool,
+) -> torch.Tensor:  # fmt: skip
+    """One launch of the preprocess kernel: a value per query row, [B, H, M] fp32."""
+    batch, heads, seq_q, head_dim = q.shape
+    out = torch.empty((batch, heads, seq_q), device=q.device, dtype=torch.float32)
     block_m = 16 if interpreting() else PREPROCESS_BLOCK_M
     block_n = 32 if interpreting() else PREPROCESS_BLOCK_N
     _PREPROCESS(
         (_cdiv(seq_q, block_m), batch * heads, 1),
-        (o, o_fp32 if o_fp32 is not None else o, do, delta, q, k, v, lse),
+        (o, o32, do, out, q, k, v, lse),
         (*_row_strides(q, k, v, o), heads, seq_q, k.shape[2], scale, scale * LOG2E),
         dict(HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, SOURCE=source, CAUSAL=causal,
              SCORE_LOW=spec.score_precision == "bf16", FUSED=spec.softmax == "fused_scale",
-             DELTA_LOW=spec.delta_precision == "bf16", INTERPRET=interpreting()),
+             DELTA_LOW=low, INTERPRET=interpreting()),
         _options(4, 2 if source >= DELTA_O_RECOMPUTE else 1),
     )  # fmt: skip
-    return delta
+    return out
 
 
 def attention_backward(

@@ -136,7 +136,10 @@ def _flashprobe(
     if not want_stats:
         return GroupResult(out, None, None)
     o, stats = out
-    sum_error = _softmax_sum_error(q, k, stats.lse, config.spec)
+    from flashprobe.api import choose_backend
+
+    on_kernels = choose_backend(config.backend, q) == "triton"
+    sum_error = _softmax_sum_error(q, k, stats.lse, config.spec, on_kernels=on_kernels)
     return GroupResult(
         o,
         stats.lse,
@@ -144,13 +147,22 @@ def _flashprobe(
     )
 
 
-def _softmax_sum_error(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, spec: Any) -> Any:
-    """ΣP − 1 (batch × heads × sampled rows) of the softmax the backward will recompute from
-    this forward's lse, on SUM_CHECK_ROWS evenly spaced rows ending with the last (one extra
-    q·kᵀ on those rows)."""
+def _softmax_sum_error(
+    q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, spec: Any, *, on_kernels: bool = False
+) -> Any:
+    """ΣP − 1 (batch × heads × rows) of the softmax the backward will recompute from this
+    forward's lse. On the Triton kernels: every row, in one kernel launch. Otherwise (the
+    emulator): SUM_CHECK_ROWS evenly spaced rows ending with the last, since each row costs
+    the emulator a q·kᵀ row and ~30 small torch ops in all."""
     from flashprobe.reference.emulator import default_scale
     from flashprobe.reference.emulator_backward import softmax_sum_error_qk
 
+    if on_kernels:
+        from flashprobe.kernels.launch import softmax_sum_error
+        from flashprobe.spec import resolve_spec
+
+        scale = default_scale(q.shape[-1])
+        return softmax_sum_error(q, k, lse, causal=True, spec=resolve_spec(spec), scale=scale)
     n = q.shape[-2]
     rows = torch.arange(n - 1, -1, -max(1, n // SUM_CHECK_ROWS), device=q.device).flip(0)
     scale = default_scale(q.shape[-1])
