@@ -28,6 +28,8 @@ from flashprobe.train import LoopConfig, TrainConfig
         ({"data": {"source": "owt"}}, "data.source must be one of"),
         ({"schedule": {"min_lr": 1.0}}, "schedule.min_lr .* must be <= optimizer.lr"),
         ({"train": []}, "train must be a mapping"),
+        ({"train": {"compile": "yes"}}, "train.compile must be"),
+        ({"train": {"compile_mode": "fast"}}, "train.compile_mode must be one of default, reduce"),
     ],
 )
 def test_errors_name_the_key_in_one_line(data, message) -> None:
