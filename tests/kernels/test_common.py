@@ -5,14 +5,8 @@ CPU cases run under Triton's interpreter (see tests/conftest.py); CUDA cases car
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
-
-if not torch.cuda.is_available():  # before the kernels are imported (see tests/conftest.py)
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
 import triton
 import triton.language as tl
 

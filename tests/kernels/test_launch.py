@@ -6,14 +6,8 @@ whose heuristic config does not fit in the H200's shared memory.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
-
-if not torch.cuda.is_available():  # before the kernels are imported (see tests/conftest.py)
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
 from triton.runtime.errors import OutOfResources
 
 from flashprobe.errors import FlashprobeError

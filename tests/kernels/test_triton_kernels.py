@@ -1,6 +1,6 @@
 """The Triton kernels against the fp64 golden (error gate) and the emulator (same rounding points).
 
-CPU cases run under Triton's interpreter (TRITON_INTERPRET=1, set by this directory's conftest
+CPU cases run under Triton's interpreter (TRITON_INTERPRET=1, set by tests/conftest.py
 before the kernels are imported); CUDA cases carry the `gpu` mark (`pytest -m gpu` on the H200).
 
 Kernel vs emulator bound. Both follow docs/semantics.md step by step, so they differ only where
@@ -19,13 +19,9 @@ lse, δ: fp32 values, |Δ| ≤ 1e-5·(1 + |x|) (2⁻⁷ where bf16 scores, accum
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 import torch
-
-if not torch.cuda.is_available():  # before the kernels are imported (see tests/conftest.py)
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from flashprobe.errors import FlashprobeError
 from flashprobe.kernels import launch, triton_attention
