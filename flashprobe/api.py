@@ -21,6 +21,7 @@ import torch
 from flashprobe.errors import FlashprobeError
 from flashprobe.reference.emulator import emulate_forward
 from flashprobe.reference.emulator_backward import emulate_backward
+from flashprobe.reference.heads import group_size
 from flashprobe.spec import KernelSpec, resolve_spec
 from flashprobe.stats import AttentionStats
 
@@ -75,7 +76,9 @@ def attention(
     backend: str = "auto",
     return_stats: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, AttentionStats]:
-    """Attention of q [B,H,M,D] over k, v [B,H,N,D], rounded as `spec` says; differentiable.
+    """Attention of q [B,H,M,D] over k, v [B,H_kv,N,D], rounded as `spec` says; differentiable.
+
+    H_kv may divide H (grouped-query attention: query head h reads key/value head h // (H / H_kv)).
 
     causal: top-left aligned (query i sees keys j <= i). scale defaults to 1/sqrt(D).
     spec: a KernelSpec, a preset name, or a mapping of fields (optionally with `preset`).
@@ -124,11 +127,12 @@ def _check_inputs(q: Any, k: Any, v: Any, causal: Any, scale: Any) -> None:
         raise FlashprobeError(
             f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}"
         )
-    if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
+    if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
         raise FlashprobeError(
-            "expected q [B,H,M,D] and k, v [B,H,N,D], got shapes "
+            "expected q [B,H,M,D] and k, v [B,H_kv,N,D], got shapes "
             f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
         )
+    group_size(q, k)
     if not isinstance(causal, bool):
         raise FlashprobeError(f"causal must be True or False, got {causal!r}")
     if scale is not None and (

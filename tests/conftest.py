@@ -30,16 +30,19 @@ def random_qkv(
     *,
     seed: int = 0,
     device: torch.device | str = "cpu",
+    kv_heads: int | None = None,
 ) -> QKV:
-    """q [B,H,M,D], k and v [B,H,N,D] and dO [B,H,M,D]: standard normal, drawn in fp32 on the
-    CPU (so every device sees the same numbers), then cast."""
+    """q [B,H,M,D], k and v [B,H_kv,N,D] (H_kv = kv_heads, default H) and dO [B,H,M,D]:
+    standard normal, drawn in fp32 on the CPU (so every device sees the same numbers), then
+    cast."""
     gen = torch.Generator().manual_seed(seed)
-    shapes = [(b, h, m, d), (b, h, n, d), (b, h, n, d), (b, h, m, d)]
+    hk = h if kv_heads is None else kv_heads
+    shapes = [(b, h, m, d), (b, hk, n, d), (b, hk, n, d), (b, h, m, d)]
     tensors = [torch.randn(s, generator=gen).to(device=device, dtype=dtype) for s in shapes]
     return tensors[0], tensors[1], tensors[2], tensors[3]
 
 
 @pytest.fixture
 def make_qkv() -> Callable[..., QKV]:
-    """`make_qkv(b, h, m, n, d, dtype, seed=0, device="cpu")` → (q, k, v, dO)."""
+    """`make_qkv(b, h, m, n, d, dtype, seed=0, device="cpu", kv_heads=None)` → (q, k, v, dO)."""
     return random_qkv

@@ -51,6 +51,27 @@ def test_gradients_are_the_emulated_backward(make_qkv, preset: str) -> None:
         assert torch.equal(leaf.grad, grad)
 
 
+@pytest.mark.parametrize("kv_heads", [2, 1], ids=["gqa", "mqa"])
+def test_grouped_query_attention_is_attention_over_repeated_heads(make_qkv, kv_heads) -> None:
+    """k, v with fewer heads: the forward is that of the repeated heads; a shared head's
+    gradient is its query heads' unrounded gradients summed, rounded once (docs/semantics.md)."""
+    q, k, v, do = make_qkv(2, 4, 21, 19, 16, BF16, seed=3, kv_heads=kv_heads)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    o = attention(*leaves, causal=True, spec="fa2")
+    o.backward(do)
+    group = 4 // kv_heads
+    k_all, v_all = (t.repeat_interleave(group, dim=1) for t in (k, v))
+    assert torch.equal(o, emulate_forward(q, k_all, v_all, PRESETS["fa2"], causal=True).o)
+    want = emulate_backward(q, k, v, o.detach(), do, attention_lse(q, k, v), "fa2", causal=True)
+    assert leaves[1].grad.shape == k.shape and leaves[2].grad.shape == v.shape
+    for leaf, grad in zip(leaves, (want.dq, want.dk, want.dv), strict=True):
+        assert torch.equal(leaf.grad, grad)
+
+
+def attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return attention(q, k, v, causal=True, spec="fa2", return_stats=True)[1].lse
+
+
 def test_return_stats(make_qkv) -> None:
     q, k, v, do = make_qkv(1, 2, 24, 24, 16, BF16)
     q.requires_grad_()
@@ -156,7 +177,9 @@ GOOD = (1, 2, 8, 16)
     [
         (_qkv(GOOD, GOOD, GOOD), {"backend": "cuda"}, "unknown backend 'cuda'"),
         (_qkv((2, 8, 16), (2, 8, 16), (2, 8, 16)), {}, "q must be 4-D"),
-        (_qkv(GOOD, (1, 3, 8, 16), (1, 3, 8, 16)), {}, "expected q \\[B,H,M,D\\]"),
+        (_qkv(GOOD, (1, 3, 8, 16), (1, 3, 8, 16)), {}, "key/value heads must divide"),
+        (_qkv(GOOD, (1, 1, 8, 16), (1, 2, 8, 16)), {}, "expected q \\[B,H,M,D\\]"),
+        (_qkv(GOOD, (2, 2, 8, 16), (2, 2, 8, 16)), {}, "expected q \\[B,H,M,D\\]"),
         (_qkv(GOOD, (1, 2, 8, 32), (1, 2, 8, 32)), {}, "expected q \\[B,H,M,D\\]"),
         (_qkv(GOOD, GOOD, (1, 2, 9, 16)), {}, "expected q \\[B,H,M,D\\]"),
         (_qkv(GOOD, GOOD, (1, 2, 0, 16)), {}, "v is empty"),

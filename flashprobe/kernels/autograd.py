@@ -20,6 +20,7 @@ from flashprobe.kernels.launch import (
     interpreting,
     last_dim_contiguous,
 )
+from flashprobe.reference.heads import group_size
 from flashprobe.spec import KernelSpec, resolve_spec
 from flashprobe.stats import AttentionStats
 
@@ -38,10 +39,10 @@ def triton_attention(
 ) -> torch.Tensor | tuple[torch.Tensor, AttentionStats]:
     """Flash attention with the rounding points of `spec` (docs/semantics.md); differentiable.
 
-    q: [B, H, M, D], k and v: [B, H, N, D], bf16 or fp16, on CUDA (or on CPU under
-    TRITON_INTERPRET=1). Causal masking is top-left aligned. Returns o [B, H, M, D] in the input
-    dtype, plus per-row AttentionStats when `return_stats` (instrumentation costs nothing when
-    off: it is a compile-time switch).
+    q: [B, H, M, D], k and v: [B, H_kv, N, D] (H_kv dividing H: grouped-query attention), bf16
+    or fp16, on CUDA (or on CPU under TRITON_INTERPRET=1). Causal masking is top-left aligned.
+    Returns o [B, H, M, D] in the input dtype, plus per-row AttentionStats when `return_stats`
+    (instrumentation costs nothing when off: it is a compile-time switch).
     """
     spec = resolve_spec(spec)
     scale = _check_inputs(q, k, v, scale)
@@ -106,11 +107,10 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
         raise FlashprobeError("q, k and v must share one dtype")
     if not (q.device == k.device == v.device):
         raise FlashprobeError("q, k and v must be on one device")
-    batch, heads, _, head_dim = q.shape
-    if k.shape[:2] != (batch, heads) or v.shape[:2] != (batch, heads):
-        raise FlashprobeError("q, k and v must share batch and head counts")
-    if k.shape != v.shape or k.shape[3] != head_dim:
-        raise FlashprobeError("k and v must have one shape, with q's head_dim")
+    head_dim = q.shape[3]
+    if k.shape[0] != q.shape[0] or k.shape != v.shape or k.shape[3] != head_dim:
+        raise FlashprobeError("k and v must have one shape, with q's batch and head_dim")
+    group_size(q, k)
     if head_dim not in _HEAD_DIMS:
         raise FlashprobeError(f"head_dim must be one of {_HEAD_DIMS} for the Triton kernels")
     if q.shape[2] == 0 or k.shape[2] == 0:

@@ -244,7 +244,7 @@ def attn_fwd_kernel(
     stride_kb, stride_kh, stride_kn,
     stride_vb, stride_vh, stride_vn,
     stride_ob, stride_oh, stride_om,
-    H, M, N, tile_n,
+    H, GROUP, M, N, tile_n,
     scale, qk_scale, tie_tol, beta,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     TWO_PASS: tl.constexpr, CAUSAL: tl.constexpr, SCORE_LOW: tl.constexpr,
@@ -252,7 +252,7 @@ def attn_fwd_kernel(
     L_FROM_ROUNDED: tl.constexpr, STORE_O32: tl.constexpr, INSTRUMENT: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):  # fmt: skip
-    """One program: BLOCK_M query rows of one (batch, head).
+    """One program: BLOCK_M query rows of one (batch, head), over key/value head head // GROUP.
 
     Outputs: Out (input dtype), LSE (fp32, natural log) and, when asked, the fp32 Out before its
     rounding (STORE_O32) and per-row stats (INSTRUMENT). LSE, stats: [B·H, M] contiguous;
@@ -263,9 +263,10 @@ def attn_fwd_kernel(
     start_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     off_b, off_h = head_offsets(pid_bh, H)
+    off_hkv = off_h // GROUP
     q_base = Q + off_b * stride_qb + off_h * stride_qh
-    k_base = K + off_b * stride_kb + off_h * stride_kh
-    v_base = V + off_b * stride_vb + off_h * stride_vh
+    k_base = K + off_b * stride_kb + off_hkv * stride_kh
+    v_base = V + off_b * stride_vb + off_hkv * stride_vh
 
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)

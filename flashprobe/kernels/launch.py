@@ -114,7 +114,8 @@ def attention_forward(
         _FORWARD(
             grid,
             (q, k, v, o, o32, lse, row_max, tie_events, p_ones),
-            (*_row_strides(q, k, v, o), heads, seq_q, seq_k, max(logical_n, 1),
+            (*_row_strides(q, k, v, o), heads, heads // k.shape[1], seq_q, seq_k,
+             max(logical_n, 1),
              scale, scale * LOG2E, spec.tie_tolerance * LOG2E, spec.beta),
             dict(HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, TWO_PASS=two_pass,
                  CAUSAL=causal, **forward_switches(spec, instrument=instrument,
@@ -196,7 +197,8 @@ def _preprocess(
     _PREPROCESS(
         (_cdiv(seq_q, block_m), batch * heads, 1),
         (o, o32, do, out, q, k, v, lse),
-        (*_row_strides(q, k, v, o), heads, seq_q, k.shape[2], scale, scale * LOG2E),
+        (*_row_strides(q, k, v, o), heads, heads // k.shape[1], seq_q, k.shape[2], scale,
+         scale * LOG2E),
         dict(HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, SOURCE=source, CAUSAL=causal,
              SCORE_LOW=spec.score_precision == "bf16", FUSED=spec.softmax == "fused_scale",
              DELTA_LOW=low, INTERPRET=interpreting()),
@@ -221,12 +223,12 @@ def attention_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """δ preprocess, then dQ, dK, dV (input dtype, contiguous)."""
     batch, heads, seq_q, head_dim = q.shape
-    seq_k = k.shape[2]
+    kv_heads, seq_k = k.shape[1], k.shape[2]
     do = do.contiguous()
     delta = attention_delta(q, k, v, o, lse, do, causal=causal, spec=spec, scale=scale,
                             o_fp32=o_fp32)  # fmt: skip
     dq = torch.empty((batch, heads, seq_q, head_dim), device=q.device, dtype=q.dtype)
-    dk = torch.empty((batch, heads, seq_k, head_dim), device=q.device, dtype=q.dtype)
+    dk = torch.empty((batch, kv_heads, seq_k, head_dim), device=q.device, dtype=q.dtype)
     dv = torch.empty_like(dk)
     fp32_dots = spec.p_bar_precision == "fp32" or spec.ds_precision == "fp32"
     if config is None:
@@ -235,13 +237,14 @@ def attention_backward(
     def launch(config: tuning.BwdConfig) -> None:
         grid = (
             max(_cdiv(seq_k, config.block_n1), _cdiv(seq_q, config.block_m2)),
-            batch * heads,
+            batch * kv_heads,  # one program per shared key/value head: no atomics for GQA
             1,
         )
         _BACKWARD(
             grid,
             (q, k, v, do, dq, dk, dv, lse, delta),
-            (*_row_strides(q, k, v, do, dq, dk), heads, seq_q, seq_k, scale, scale * LOG2E),
+            (*_row_strides(q, k, v, do, dq, dk), heads, heads // kv_heads, seq_q, seq_k, scale,
+             scale * LOG2E),
             dict(HEAD_DIM=head_dim,
                  BLOCK_M1=config.block_m1, BLOCK_N1=config.block_n1,
                  BLOCK_M2=config.block_m2, BLOCK_N2=config.block_n2,

@@ -46,6 +46,8 @@ def compile_forward(
     if not hasattr(attn_fwd_kernel, "arg_names"):
         raise RuntimeError("compiling needs TRITON_INTERPRET unset when flashprobe is imported")
     target = GPUTarget("cuda", 90, 32)
+    # One query head per key/value head: Triton specialises an int argument equal to 1 away.
+    constexprs = {"GROUP": 1, **constexprs}
     names = attn_fwd_kernel.arg_names
     signature = {}
     for name in names:

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from flashprobe.reference.heads import expand_kv, group_size
+
 __all__ = [
     "GATE_FACTOR",
     "GATE_FLOORS",
@@ -118,6 +120,8 @@ def reference_attention(
     Causal masking is top-left aligned (query i sees keys j <= i), as everywhere in flashprobe.
     """
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    group = group_size(q, k)
+    k, v = expand_kv(k, group), expand_kv(v, group)  # autograd sums a shared head's grads
     s = (q @ k.transpose(-2, -1)) * scale
     if causal:
         m, n = s.shape[-2:]

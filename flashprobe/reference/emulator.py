@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from flashprobe.numerics.rounding import apply_precision, low_dtype_for
+from flashprobe.reference.heads import expand_kv, group_size
 from flashprobe.spec import KernelSpec, resolve_spec
 from flashprobe.stats import AttentionStats
 
@@ -296,12 +297,15 @@ def emulate_forward(
     causal: bool,
     scale: float | None = None,
 ) -> ForwardResult:
-    """Flash-attention forward of q [B,H,M,D], k and v [B,H,N,D] as `spec` rounds it.
+    """Flash-attention forward of q [B,H,M,D], k and v [B,H_kv,N,D] as `spec` rounds it
+    (H_kv dividing H: grouped-query attention, `flashprobe.reference.heads`).
 
     O comes back in the input dtype; "bf16" spec fields round to fp16 for fp16 inputs.
     """
     scale = default_scale(q.shape[-1]) if scale is None else scale
     work = working_dtype(q.dtype)
+    group = group_size(q, k)
+    k, v = expand_kv(k, group), expand_kv(v, group)
     s_raw = matmul(q.to(work), k.to(work).transpose(-2, -1))  # step 1: exact low×low products
     return online_softmax_forward(
         s_raw,

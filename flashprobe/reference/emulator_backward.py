@@ -27,6 +27,7 @@ from flashprobe.reference.emulator import (
     visible_keys,
     working_dtype,
 )
+from flashprobe.reference.heads import expand_kv, group_size, sum_groups
 from flashprobe.spec import KernelSpec, resolve_spec
 
 __all__ = ["BackwardResult", "emulate_backward"]
@@ -99,6 +100,7 @@ def softmax_sum_error_qk(
     the query rows `rows` (default: all): the scores again as a kernel computes them, q·kᵀ in
     IEEE fp32 (autocast off), then rounded as the spec rounds them."""
     rows = torch.arange(q.shape[-2], device=q.device) if rows is None else rows
+    k = expand_kv(k, group_size(q, k))
     with ieee_fp32_matmul(), torch.autocast(q.device.type, enabled=False):
         s = q[..., rows, :].float() @ k.float().transpose(-2, -1)
     if causal:  # top-left aligned: query i sees keys j <= i
@@ -151,7 +153,8 @@ def emulate_backward(
     spec = resolve_spec(spec)
     scale = default_scale(q.shape[-1]) if scale is None else scale
     work, low = working_dtype(q.dtype), low_dtype_for(q.dtype)
-    q_, k_, v_, do_ = (t.to(work) for t in (q, k, v, do))
+    group = group_size(q, k)
+    q_, k_, v_, do_ = (t.to(work) for t in (q, expand_kv(k, group), expand_kv(v, group), do))
 
     s_raw = matmul(q_, k_.transpose(-2, -1))
     p = recompute_p(s_raw, lse, spec, scale=scale, causal=causal, low_dtype=low)
@@ -166,4 +169,6 @@ def emulate_backward(
     scale_w = as_working(scale, work)
     dq = matmul(ds, k_) * scale_w
     dk = matmul(ds.transpose(-2, -1), q_) * scale_w
+    # A shared key/value head: its query heads' gradients summed unrounded, then rounded once.
+    dk, dv = sum_groups(dk, group), sum_groups(dv, group)
     return BackwardResult(dq=dq.to(q.dtype), dk=dk.to(q.dtype), dv=dv.to(q.dtype), delta=delta)

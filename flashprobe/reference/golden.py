@@ -1,7 +1,8 @@
 """The fp64 golden attention that every variant's error is measured against.
 
 The low inputs are upcast to fp64; softmax, products and δ = rowsum(dO∘O) are computed in fp64
-with no rounding to judge. Causal masking is top-left aligned (query i sees keys j <= i).
+with no rounding to judge. Causal masking is top-left aligned (query i sees keys j <= i). k, v
+may have fewer heads than q (grouped-query attention, `flashprobe.reference.heads`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import math
 from dataclasses import dataclass
 
 import torch
+
+from flashprobe.reference.heads import expand_kv, group_size, sum_groups
 
 __all__ = ["GoldenBackward", "GoldenForward", "golden_backward", "golden_forward"]
 
@@ -51,7 +54,8 @@ def golden_forward(
     causal: bool,
     scale: float | None = None,
 ) -> GoldenForward:
-    q, k, v = (t.to(torch.float64) for t in (q, k, v))
+    group = group_size(q, k)
+    q, k, v = (t.to(torch.float64) for t in (q, expand_kv(k, group), expand_kv(v, group)))
     s = _scores(q, k, causal, scale)
     lse = torch.logsumexp(s, dim=-1)
     p = torch.exp(s - lse[..., None])
@@ -69,13 +73,14 @@ def golden_backward(
 ) -> GoldenBackward:
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     fwd = golden_forward(q, k, v, causal=causal, scale=scale)
-    q, k, v, do = (t.to(torch.float64) for t in (q, k, v, do))
+    group = group_size(q, k)
+    q, k, v, do = (t.to(torch.float64) for t in (q, expand_kv(k, group), expand_kv(v, group), do))
     assert fwd.p is not None
     delta = (do * fwd.o).sum(dim=-1)
     ds = fwd.p * (do @ v.transpose(-2, -1) - delta[..., None])
     return GoldenBackward(
         dq=scale * (ds @ k),
-        dk=scale * (ds.transpose(-2, -1) @ q),
-        dv=fwd.p.transpose(-2, -1) @ do,
+        dk=sum_groups(scale * (ds.transpose(-2, -1) @ q), group),
+        dv=sum_groups(fwd.p.transpose(-2, -1) @ do, group),
         delta=delta,
     )

@@ -60,9 +60,10 @@ def sizes(device: str) -> dict[str, int]:
     return {"b": 2, "h": 3, "m": 1000, "n": 1000, "d": 64}
 
 
-def qkv_do(b, h, m, n, d, dtype, device, seed=0):
+def qkv_do(b, h, m, n, d, dtype, device, seed=0, kv_heads=None):
     gen = torch.Generator().manual_seed(seed)
-    shapes = [(b, h, m, d), (b, h, n, d), (b, h, n, d), (b, h, m, d)]
+    hk = h if kv_heads is None else kv_heads
+    shapes = [(b, h, m, d), (b, hk, n, d), (b, hk, n, d), (b, h, m, d)]
     return [torch.randn(s, generator=gen).to(device=device, dtype=dtype) for s in shapes]
 
 
@@ -346,6 +347,38 @@ def test_two_pass_equals_one_pass(device: str) -> None:
     assert_close_to_emulator("o", outs[1].o, outs[0].o, MAX_ULPS_BF16_ACC)
     assert torch.equal(outs[0].stats.tie_events, outs[1].stats.tie_events)
     assert torch.equal(outs[0].stats.row_max, outs[1].stats.row_max)
+
+
+# -- grouped-query attention ------------------------------------------------------------------
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize(("kv_heads", "preset"), [(2, "fa2"), (1, "sfa")], ids=["gqa", "mqa"])
+def test_grouped_query_attention(device: str, causal: bool, kv_heads: int, preset: str) -> None:
+    """k, v with fewer heads than q. Each query head's forward, lse, stats, ΣP − 1 and dQ are
+    bit for bit those of the same kernel on repeated k, v (the same tiles, read from the shared
+    head). dK, dV sum the group's query heads in one fp32 tile and round once, as the emulator
+    does (compared to it like every kernel gradient); and everything is within the gate."""
+    sz = sizes(device)
+    b, h, m, n, d = sz["b"], 4, sz["m"] - 9, sz["n"] - 14, sz["d"]
+    q, k, v, do = qkv_do(b, h, m, n, d, torch.bfloat16, device, seed=8, kv_heads=kv_heads)
+    spec = make_spec(preset)
+    o, stats, dq, dk, dv = run_kernel(q, k, v, do, spec, causal)
+    group = h // kv_heads
+    k_all, v_all = (t.repeat_interleave(group, dim=1) for t in (k, v))
+    o_all, stats_all, dq_all, *_ = run_kernel(q, k_all, v_all, do, spec, causal)
+    assert dk.shape == k.shape and dv.shape == v.shape
+    assert torch.equal(o, o_all) and torch.equal(dq, dq_all)
+    for field in ("lse", "row_max", "tie_events", "p_bar_ones"):
+        assert torch.equal(getattr(stats, field), getattr(stats_all, field)), field
+    sum_error = [
+        launch.softmax_sum_error(q, kk, stats.lse, causal=causal, spec=spec, scale=default_scale(q))
+        for kk in (k, k_all)
+    ]
+    assert torch.equal(*sum_error)
+    emu_b = emulate_backward(q, k, v, o, do, stats.lse, spec, causal=causal)
+    assert_close_to_emulator("dk", dk, emu_b.dk, MAX_ULPS)
+    assert_close_to_emulator("dv", dv, emu_b.dv, MAX_ULPS)
+    check_gate(q, k, v, do, spec, causal, label=f"H{h}/{kv_heads}")
 
 
 # -- stabilized softmax on tied maxima --------------------------------------------------------
