@@ -47,13 +47,15 @@ def kernel_version(version: str, baseline: Path | None) -> Iterator[None]:
     if version == "new":
         yield
         return
+    from flashprobe.kernels.fastlaunch import Launcher
+
     assert baseline is not None
-    saved = launch.attn_fwd_kernel
-    launch.attn_fwd_kernel = _baseline_kernel(baseline)
+    saved = launch._FORWARD
+    launch._FORWARD = Launcher(_baseline_kernel(baseline))
     try:
         yield
     finally:
-        launch.attn_fwd_kernel = saved
+        launch._FORWARD = saved
 
 
 @functools.cache

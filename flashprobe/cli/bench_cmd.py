@@ -25,7 +25,10 @@ def bench_command(
     ),
     head_dim: list[int] = typer.Option([64, 128], "--head-dim", help="Head dims (repeatable)."),
     tokens: int = typer.Option(32768, help="batch × seq, kept constant across lengths."),
-    heads: int = typer.Option(16, help="Attention heads."),
+    heads: int = typer.Option(16, help="Attention (query) heads."),
+    kv_heads: int | None = typer.Option(
+        None, help="Key/value heads for grouped-query attention (default: --heads)."
+    ),
     mask: str = typer.Option("both", help="causal, full or both."),
     dtype: str = typer.Option("bf16", help="bf16 or fp16."),
     mode: list[str] = typer.Option(list(bench.MODES), "--mode", help="fwd, bwd, fwd+bwd."),
@@ -50,6 +53,8 @@ def bench_command(
       flashprobe bench
 
       flashprobe bench --preset fa2 --seq 4096 --head-dim 128 --mask causal --json bench.json
+
+      flashprobe bench --heads 32 --kv-heads 8 --head-dim 128   # grouped-query attention
     """
     if json_path is not None and json_path.exists():
         raise FlashprobeError(f"{json_path} exists; choose a new --json path")
@@ -57,7 +62,9 @@ def bench_command(
     if causal is None:
         raise FlashprobeError(f"--mask must be causal, full or both, got {mask!r}")
     shapes = [
-        s for s in bench.default_shapes(seq, head_dim, tokens, heads, dtype) if s.causal in causal
+        s
+        for s in bench.default_shapes(seq, head_dim, tokens, heads, dtype, kv_heads)
+        if s.causal in causal
     ]
     impls = bench.implementations(preset, instrumented=stats, peers=peers)
     timings = bench.run_benchmark(
@@ -81,6 +88,7 @@ def bench_command(
                 "head_dim": head_dim,
                 "tokens": tokens,
                 "heads": heads,
+                "kv_heads": kv_heads,
                 "mask": mask,
                 "dtype": dtype,
                 "modes": mode,

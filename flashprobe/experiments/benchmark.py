@@ -31,6 +31,7 @@ class BenchShape:
     head_dim: int
     causal: bool
     dtype: str = "bf16"
+    kv_heads: int | None = None  # grouped-query attention: k, v heads (None: `heads`)
 
     def flops(self, mode: str) -> float:
         dense = 4.0 * self.batch * self.heads * self.seq * self.seq * self.head_dim
@@ -38,7 +39,12 @@ class BenchShape:
 
     def label(self) -> str:
         mask = "causal" if self.causal else "full"
-        return f"B{self.batch} H{self.heads} N{self.seq} D{self.head_dim} {mask}"
+        heads = f"{self.heads}" if self.kv_heads is None else f"{self.heads}/{self.kv_heads}"
+        return f"B{self.batch} H{heads} N{self.seq} D{self.head_dim} {mask}"
+
+    @property
+    def grouped(self) -> bool:
+        return self.kv_heads is not None and self.kv_heads != self.heads
 
 
 @dataclass(frozen=True)
@@ -79,15 +85,21 @@ def default_shapes(
     tokens: int = 32768,
     heads: int = 16,
     dtype: str = "bf16",
+    kv_heads: int | None = None,
 ) -> list[BenchShape]:
-    """The issue's default grid: batch × seq = `tokens`, causal and not."""
+    """The issue's default grid: batch × seq = `tokens`, causal and not (`kv_heads` key/value
+    heads shared by the query heads, for grouped-query attention)."""
+    if kv_heads is not None and (kv_heads <= 0 or heads % kv_heads):
+        raise FlashprobeError(f"kv heads must divide the {heads} heads, got {kv_heads}")
     shapes = []
     for head_dim in head_dims:
         for causal in (True, False):
             for seq in seqs:
                 if seq <= 0 or head_dim <= 0 or tokens < seq:
                     raise FlashprobeError(f"need tokens >= seq > 0, got tokens={tokens} seq={seq}")
-                shapes.append(BenchShape(tokens // seq, heads, seq, head_dim, causal, dtype))
+                shapes.append(
+                    BenchShape(tokens // seq, heads, seq, head_dim, causal, dtype, kv_heads)
+                )
     return shapes
 
 
@@ -187,8 +199,12 @@ def make_inputs(shape: BenchShape, seed: int = 0) -> tuple[torch.Tensor, ...]:
         raise FlashprobeError(f"dtype must be one of {', '.join(_DTYPES)}, got {shape.dtype!r}")
     gen = torch.Generator(device="cuda").manual_seed(seed)
     size = (shape.batch, shape.heads, shape.seq, shape.head_dim)
+    kv_size = (shape.batch, shape.kv_heads or shape.heads, shape.seq, shape.head_dim)
     dtype = _DTYPES[shape.dtype]
-    q, k, v, do = (torch.randn(size, device="cuda", dtype=dtype, generator=gen) for _ in range(4))
+    q, k, v, do = (
+        torch.randn(s, device="cuda", dtype=dtype, generator=gen)
+        for s in (size, kv_size, kv_size, size)
+    )
     return q, k, v, do
 
 
@@ -219,7 +235,9 @@ def attend_fn(impl: Implementation, shape: BenchShape) -> Callable[..., torch.Te
 
     def attend_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         with sdpa_kernel([backend]):
-            return scaled_dot_product_attention(q, k, v, is_causal=shape.causal, scale=scale)
+            return scaled_dot_product_attention(
+                q, k, v, is_causal=shape.causal, scale=scale, enable_gqa=shape.grouped
+            )
 
     return attend_sdpa
 

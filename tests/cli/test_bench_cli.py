@@ -43,3 +43,10 @@ def test_bench_json_records_the_gpu_it_ran_on(run_cli, tmp_path, monkeypatch) ->
     assert env["device"] == "cuda"
     if torch.cuda.is_available():
         assert env["gpu"] == torch.cuda.get_device_name(0)
+
+
+def test_bench_rejects_kv_heads_that_do_not_divide_the_heads(run_cli) -> None:
+    result = run_cli("bench", "--seq", "1024", "--heads", "16", "--kv-heads", "5")
+    assert result.code == 2
+    assert "kv heads must divide the 16 heads, got 5" in result.err
+    assert len(result.err.strip().splitlines()) == 1

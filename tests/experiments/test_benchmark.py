@@ -26,6 +26,15 @@ def test_default_shapes_keep_tokens_constant() -> None:
     assert {s.heads for s in shapes} == {16}
 
 
+def test_grouped_query_shapes_share_key_value_heads() -> None:
+    shapes = bench.default_shapes(seqs=(1024,), heads=16, kv_heads=4)
+    assert {(s.heads, s.kv_heads, s.grouped) for s in shapes} == {(16, 4, True)}
+    assert shapes[0].label() == "B32 H16/4 N1024 D64 causal"
+    assert not bench.BenchShape(1, 16, 128, 64, True, kv_heads=16).grouped
+    with pytest.raises(FlashprobeError, match="kv heads must divide the 16 heads, got 3"):
+        bench.default_shapes(seqs=(1024,), kv_heads=3)
+
+
 def test_implementations_add_instrumented_base_and_peers() -> None:
     impls = bench.implementations(["fa2", "sfa"], instrumented=True, peers=True)
     assert [i.name for i in impls] == ["fa2", "sfa", "fa2+stats", "sdpa-flash", "sdpa-cudnn"]
