@@ -211,17 +211,23 @@ def attn_bwd_kernel(
     CAUSAL: tl.constexpr, SCORE_LOW: tl.constexpr, FUSED: tl.constexpr,
     P_LOW: tl.constexpr, DS_LOW: tl.constexpr, INTERPRET: tl.constexpr,
 ):  # fmt: skip
-    """Program (i, batch·key/value head): dK, dV of key block i (BLOCK_N1 keys) and dQ of query
-    block i (BLOCK_M2 rows) for each of the GROUP query heads that share the key/value head.
+    """Program i: dK, dV of key block i (BLOCK_N1 keys) and dQ of query block i (BLOCK_M2 rows).
 
-    A shared head's dK, dV accumulate over its query heads in one fp32 tile, rounded once.
-    DK and DV share the strides stride_dk*. LSE, DELTA: [B·H, M] contiguous (H query heads).
+    K and V are read at key/value head head // GROUP. DK and DV (per query head) share the
+    strides stride_dk*; they are rounded to the input dtype, or stored unrounded when they are
+    fp32 (grouped-query attention: the launcher sums a group's heads, then rounds once).
+    LSE, DELTA: [B·H, M] contiguous.
     """
     LOW: tl.constexpr = Q.dtype.element_ty
     pid = tl.program_id(0)
-    off_b, off_hkv = head_offsets(tl.program_id(1), H // GROUP)
-    k_base = K + off_b * stride_kb + off_hkv * stride_kh
-    v_base = V + off_b * stride_vb + off_hkv * stride_vh
+    pid_bh = tl.program_id(1)
+    off_b, off_h = head_offsets(pid_bh, H)
+    q_base = Q + off_b * stride_qb + off_h * stride_qh
+    k_base = K + off_b * stride_kb + (off_h // GROUP) * stride_kh
+    v_base = V + off_b * stride_vb + (off_h // GROUP) * stride_vh
+    do_base = DO + off_b * stride_dob + off_h * stride_doh
+    lse_base = LSE + pid_bh.to(tl.int64) * M
+    delta_base = DELTA + pid_bh.to(tl.int64) * M
     offs_d = tl.arange(0, HEAD_DIM)
 
     # -- dK, dV for key block pid ------------------------------------------------------------
@@ -234,48 +240,48 @@ def attn_bwd_kernel(
         dk = tl.zeros([BLOCK_N1, HEAD_DIM], dtype=tl.float32)
         dv = tl.zeros([BLOCK_N1, HEAD_DIM], dtype=tl.float32)
         full_rows_end = (M // BLOCK_M1) * BLOCK_M1
-        for g in range(GROUP):
-            off_h = off_hkv * GROUP + g
-            q_base = Q + off_b * stride_qb + off_h * stride_qh
-            do_base = DO + off_b * stride_dob + off_h * stride_doh
-            lse_base = LSE + (off_b * H + off_h) * M
-            delta_base = DELTA + (off_b * H + off_h) * M
-            if CAUSAL:
-                # Query blocks crossing the diagonal need the mask; rows below it see every key.
-                diag_start = (start_n // BLOCK_M1) * BLOCK_M1
-                diag_end = tl.minimum(tl.cdiv(start_n + BLOCK_N1, BLOCK_M1) * BLOCK_M1, M)
-                dk, dv = _bwd_dkdv(
-                    dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom,
-                    offs_n, diag_start, diag_end, M, scale, qk_scale,
-                    HEAD_DIM, BLOCK_M1, True, CAUSAL, SCORE_LOW, FUSED, P_LOW, DS_LOW,
-                    INTERPRET, LOW,
-                )  # fmt: skip
-                middle_start = diag_end
-            else:
-                middle_start = 0
-            middle_end = tl.maximum(full_rows_end, middle_start)
+        if CAUSAL:
+            # Query blocks crossing the diagonal need the mask; rows below it see every key.
+            diag_start = (start_n // BLOCK_M1) * BLOCK_M1
+            diag_end = tl.minimum(tl.cdiv(start_n + BLOCK_N1, BLOCK_M1) * BLOCK_M1, M)
             dk, dv = _bwd_dkdv(
                 dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom,
-                offs_n, middle_start, middle_end, M, scale, qk_scale,
-                HEAD_DIM, BLOCK_M1, False, CAUSAL, SCORE_LOW, FUSED, P_LOW, DS_LOW, INTERPRET,
-                LOW,
+                offs_n, diag_start, diag_end, M, scale, qk_scale,
+                HEAD_DIM, BLOCK_M1, True, CAUSAL, SCORE_LOW, FUSED, P_LOW, DS_LOW, INTERPRET, LOW,
             )  # fmt: skip
-            dk, dv = _bwd_dkdv(
-                dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom,
-                offs_n, middle_end, M, M, scale, qk_scale,
-                HEAD_DIM, BLOCK_M1, True, CAUSAL, SCORE_LOW, FUSED, P_LOW, DS_LOW, INTERPRET,
-                LOW,
-            )  # fmt: skip
-        dkv_offs = (off_b * stride_dkb + off_hkv * stride_dkh + offs_n[:, None] * stride_dkn
+            middle_start = diag_end
+        else:
+            middle_start = 0
+        middle_end = tl.maximum(full_rows_end, middle_start)
+        dk, dv = _bwd_dkdv(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom,
+            offs_n, middle_start, middle_end, M, scale, qk_scale,
+            HEAD_DIM, BLOCK_M1, False, CAUSAL, SCORE_LOW, FUSED, P_LOW, DS_LOW, INTERPRET, LOW,
+        )  # fmt: skip
+        dk, dv = _bwd_dkdv(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom,
+            offs_n, middle_end, M, M, scale, qk_scale,
+            HEAD_DIM, BLOCK_M1, True, CAUSAL, SCORE_LOW, FUSED, P_LOW, DS_LOW, INTERPRET, LOW,
+        )  # fmt: skip
+        dkv_offs = (off_b * stride_dkb + off_h * stride_dkh + offs_n[:, None] * stride_dkn
                     + offs_d[None, :])  # fmt: skip
-        tl.store(DK + dkv_offs, to_low(dk * scale, LOW, INTERPRET), mask=col_ok[:, None])
-        tl.store(DV + dkv_offs, to_low(dv, LOW, INTERPRET), mask=col_ok[:, None])
+        if DK.dtype.element_ty == tl.float32:
+            tl.store(DK + dkv_offs, dk * scale, mask=col_ok[:, None])
+            tl.store(DV + dkv_offs, dv, mask=col_ok[:, None])
+        else:
+            tl.store(DK + dkv_offs, to_low(dk * scale, LOW, INTERPRET), mask=col_ok[:, None])
+            tl.store(DV + dkv_offs, to_low(dv, LOW, INTERPRET), mask=col_ok[:, None])
 
-    # -- dQ for query block pid of each query head in the group -------------------------------
+    # -- dQ for query block pid ---------------------------------------------------------------
     start_m = pid * BLOCK_M2
     if start_m < M:
         offs_m = start_m + tl.arange(0, BLOCK_M2)
         row_ok = offs_m < M
+        q = load_rows(q_base, offs_m, offs_d, stride_qm, M, True)
+        do = load_rows(do_base, offs_m, offs_d, stride_dom, M, True)
+        lse_log2 = tl.load(lse_base + offs_m, mask=row_ok, other=0.0) * 1.4426950408889634
+        delta = tl.load(delta_base + offs_m, mask=row_ok, other=0.0)
+        dq = tl.zeros([BLOCK_M2, HEAD_DIM], dtype=tl.float32)
         full_cols_end = (N // BLOCK_N2) * BLOCK_N2
         if CAUSAL:
             unmasked_end = tl.minimum(start_m // BLOCK_N2 * BLOCK_N2, full_cols_end)
@@ -283,26 +289,16 @@ def attn_bwd_kernel(
         else:
             unmasked_end = full_cols_end
             kv_end = N
-        for g in range(GROUP):
-            off_h = off_hkv * GROUP + g
-            q = load_rows(Q + off_b * stride_qb + off_h * stride_qh, offs_m, offs_d, stride_qm,
-                          M, True)  # fmt: skip
-            do = load_rows(DO + off_b * stride_dob + off_h * stride_doh, offs_m, offs_d,
-                           stride_dom, M, True)  # fmt: skip
-            rows = (off_b * H + off_h) * M + offs_m
-            lse_log2 = tl.load(LSE + rows, mask=row_ok, other=0.0) * 1.4426950408889634
-            delta = tl.load(DELTA + rows, mask=row_ok, other=0.0)
-            dq = tl.zeros([BLOCK_M2, HEAD_DIM], dtype=tl.float32)
-            dq = _bwd_dq(
-                dq, q, do, lse_log2, delta, k_base, v_base, stride_kn, stride_vn,
-                offs_m, 0, unmasked_end, N, scale, qk_scale,
-                HEAD_DIM, BLOCK_N2, False, CAUSAL, SCORE_LOW, FUSED, DS_LOW, INTERPRET, LOW,
-            )  # fmt: skip
-            dq = _bwd_dq(
-                dq, q, do, lse_log2, delta, k_base, v_base, stride_kn, stride_vn,
-                offs_m, unmasked_end, kv_end, N, scale, qk_scale,
-                HEAD_DIM, BLOCK_N2, True, CAUSAL, SCORE_LOW, FUSED, DS_LOW, INTERPRET, LOW,
-            )  # fmt: skip
-            dq_offs = (off_b * stride_dqb + off_h * stride_dqh + offs_m[:, None] * stride_dqm
-                       + offs_d[None, :])  # fmt: skip
-            tl.store(DQ + dq_offs, to_low(dq * scale, LOW, INTERPRET), mask=row_ok[:, None])
+        dq = _bwd_dq(
+            dq, q, do, lse_log2, delta, k_base, v_base, stride_kn, stride_vn,
+            offs_m, 0, unmasked_end, N, scale, qk_scale,
+            HEAD_DIM, BLOCK_N2, False, CAUSAL, SCORE_LOW, FUSED, DS_LOW, INTERPRET, LOW,
+        )  # fmt: skip
+        dq = _bwd_dq(
+            dq, q, do, lse_log2, delta, k_base, v_base, stride_kn, stride_vn,
+            offs_m, unmasked_end, kv_end, N, scale, qk_scale,
+            HEAD_DIM, BLOCK_N2, True, CAUSAL, SCORE_LOW, FUSED, DS_LOW, INTERPRET, LOW,
+        )  # fmt: skip
+        dq_offs = (off_b * stride_dqb + off_h * stride_dqh + offs_m[:, None] * stride_dqm
+                   + offs_d[None, :])  # fmt: skip
+        tl.store(DQ + dq_offs, to_low(dq * scale, LOW, INTERPRET), mask=row_ok[:, None])

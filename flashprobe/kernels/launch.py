@@ -31,6 +31,7 @@ from flashprobe.kernels.common import (
 )
 from flashprobe.kernels.fastlaunch import Launcher
 from flashprobe.kernels.forward import attn_fwd_kernel
+from flashprobe.reference.heads import sum_groups
 from flashprobe.spec import KernelSpec
 from flashprobe.stats import AttentionStats
 
@@ -227,8 +228,12 @@ def attention_backward(
     do = do.contiguous()
     delta = attention_delta(q, k, v, o, lse, do, causal=causal, spec=spec, scale=scale,
                             o_fp32=o_fp32)  # fmt: skip
+    group = heads // kv_heads
     dq = torch.empty((batch, heads, seq_q, head_dim), device=q.device, dtype=q.dtype)
-    dk = torch.empty((batch, kv_heads, seq_k, head_dim), device=q.device, dtype=q.dtype)
+    # Grouped-query attention: every query head's dK, dV unrounded (fp32), summed per shared
+    # head below and rounded once; otherwise the kernel rounds them itself.
+    dkv_dtype = q.dtype if group == 1 else torch.float32
+    dk = torch.empty((batch, heads, seq_k, head_dim), device=q.device, dtype=dkv_dtype)
     dv = torch.empty_like(dk)
     fp32_dots = spec.p_bar_precision == "fp32" or spec.ds_precision == "fp32"
     if config is None:
@@ -237,13 +242,13 @@ def attention_backward(
     def launch(config: tuning.BwdConfig) -> None:
         grid = (
             max(_cdiv(seq_k, config.block_n1), _cdiv(seq_q, config.block_m2)),
-            batch * kv_heads,  # one program per shared key/value head: no atomics for GQA
+            batch * heads,
             1,
         )
         _BACKWARD(
             grid,
             (q, k, v, do, dq, dk, dv, lse, delta),
-            (*_row_strides(q, k, v, do, dq, dk), heads, heads // kv_heads, seq_q, seq_k, scale,
+            (*_row_strides(q, k, v, do, dq, dk), heads, group, seq_q, seq_k, scale,
              scale * LOG2E),
             dict(HEAD_DIM=head_dim,
                  BLOCK_M1=config.block_m1, BLOCK_N1=config.block_n1,
@@ -255,6 +260,8 @@ def attention_backward(
         )  # fmt: skip
 
     _launch_fitting(launch, config, ("bwd", q.device, q.dtype, head_dim, causal, spec))
+    if group > 1:
+        dk, dv = (sum_groups(t, group).to(q.dtype) for t in (dk, dv))
     return dq, dk, dv
 
 

@@ -356,7 +356,7 @@ def test_two_pass_equals_one_pass(device: str) -> None:
 def test_grouped_query_attention(device: str, causal: bool, kv_heads: int, preset: str) -> None:
     """k, v with fewer heads than q. Each query head's forward, lse, stats, ΣP − 1 and dQ are
     bit for bit those of the same kernel on repeated k, v (the same tiles, read from the shared
-    head). dK, dV sum the group's query heads in one fp32 tile and round once, as the emulator
+    head). dK, dV sum the group's query heads' fp32 gradients and round once, as the emulator
     does (compared to it like every kernel gradient); and everything is within the gate."""
     sz = sizes(device)
     b, h, m, n, d = sz["b"], 4, sz["m"] - 9, sz["n"] - 14, sz["d"]
