@@ -352,8 +352,14 @@ def test_two_pass_equals_one_pass(device: str) -> None:
 # -- grouped-query attention ------------------------------------------------------------------
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize(("kv_heads", "preset"), [(2, "fa2"), (1, "sfa")], ids=["gqa", "mqa"])
-def test_grouped_query_attention(device: str, causal: bool, kv_heads: int, preset: str) -> None:
+@pytest.mark.parametrize(
+    ("kv_heads", "preset", "delta_source"),
+    [(2, "fa2", "o_recompute"), (1, "sfa", "dp_p")],  # the δ sources that read K and V
+    ids=["gqa", "mqa"],
+)
+def test_grouped_query_attention(
+    device: str, causal: bool, kv_heads: int, preset: str, delta_source: str
+) -> None:
     """k, v with fewer heads than q. Each query head's forward, lse, stats, ΣP − 1 and dQ are
     bit for bit those of the same kernel on repeated k, v (the same tiles, read from the shared
     head). dK, dV sum the group's query heads' fp32 gradients and round once, as the emulator
@@ -361,7 +367,7 @@ def test_grouped_query_attention(device: str, causal: bool, kv_heads: int, prese
     sz = sizes(device)
     b, h, m, n, d = sz["b"], 4, sz["m"] - 9, sz["n"] - 14, sz["d"]
     q, k, v, do = qkv_do(b, h, m, n, d, torch.bfloat16, device, seed=8, kv_heads=kv_heads)
-    spec = make_spec(preset)
+    spec = make_spec(preset, {"delta_source": delta_source})
     o, stats, dq, dk, dv = run_kernel(q, k, v, do, spec, causal)
     group = h // kv_heads
     k_all, v_all = (t.repeat_interleave(group, dim=1) for t in (k, v))
