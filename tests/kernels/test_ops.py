@@ -19,9 +19,11 @@ SPECS = {
 }
 
 
-def inputs(seed: int, m: int = 40, n: int = 40, d: int = 32) -> list[torch.Tensor]:
+def inputs(
+    seed: int, m: int = 40, n: int = 40, d: int = 32, kv_heads: int = 2
+) -> list[torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
-    shapes = [(1, 2, m, d), (1, 2, n, d), (1, 2, n, d)]
+    shapes = [(1, 2, m, d), (1, kv_heads, n, d), (1, kv_heads, n, d)]
     return [torch.randn(s, generator=gen).to(DEVICE, torch.bfloat16) for s in shapes]
 
 
@@ -33,8 +35,10 @@ def test_the_forward_op_passes_opcheck(name: str, instrument: bool) -> None:
     torch.library.opcheck(ops.attention_fwd, (q, k, v, True, spec, 0.2, instrument))
 
 
-def test_the_backward_op_passes_opcheck() -> None:
-    q, k, v = inputs(1)
+@pytest.mark.parametrize("kv_heads", [2, 1], ids=["mha", "mqa"])
+def test_the_backward_op_passes_opcheck(kv_heads: int) -> None:
+    """Including k, v shared by both query heads: dK, dV come back in k's shape."""
+    q, k, v = inputs(1, kv_heads=kv_heads)
     spec = SPECS["o_fp32"]
     o, lse, o32, *_ = ops.attention_fwd(q, k, v, False, spec.json, 0.2, False)
     assert o32.shape == q.shape, "the o_fp32 spec keeps the fp32 O for its δ"
