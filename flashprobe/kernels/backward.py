@@ -135,16 +135,14 @@ def attn_bwd_preprocess_kernel(
 def _bwd_dkdv(
     dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom,
     offs_n, start_m, end_m, M, scale, qk_scale,
-    dq_base, dq32_base, locks_base, stride_dqm, key_block, n_key_blocks, BLOCK_N: tl.constexpr,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
     SCORE_LOW: tl.constexpr, FUSED: tl.constexpr, P_LOW: tl.constexpr, DS_LOW: tl.constexpr,
-    ORDERED_DQ: tl.constexpr, INTERPRET: tl.constexpr, LOW: tl.constexpr,
+    INTERPRET: tl.constexpr, LOW: tl.constexpr,
 ):  # fmt: skip
     """Accumulate dK, dV of one key block over query blocks [start_m, end_m), transposed tiles.
 
     Without MASKED every query row is < M and sees every key of the block (rows of keys past N
-    only reach rows of dK, dV that are never stored). With ORDERED_DQ the block's share of each
-    query block's dQ is added here too (`_add_dq_in_order`).
+    only reach rows of dK, dV that are never stored).
     """
     offs_d = tl.arange(0, HEAD_DIM)
     for start in range(start_m, end_m, BLOCK_M):
@@ -170,46 +168,7 @@ def _bwd_dkdv(
         dp_t = dot_low(v, tl.trans(do), None, INTERPRET)
         ds_t = p_t * (dp_t - delta[None, :])
         dk = dot_maybe_low(ds_t, q, dk, DS_LOW, LOW, INTERPRET)
-        if ORDERED_DQ:
-            dq_part = dot_maybe_low(tl.trans(ds_t), k, None, DS_LOW, LOW, INTERPRET)
-            _add_dq_in_order(dq_part, dq_base, dq32_base, locks_base, stride_dqm, offs_m, M,
-                             start // BLOCK_M, key_block, n_key_blocks, scale,
-                             BLOCK_M, BLOCK_N, HEAD_DIM, CAUSAL, INTERPRET, LOW)  # fmt: skip
     return dk, dv
-
-
-@triton.jit
-def _add_dq_in_order(dq_part, dq_base, dq32_base, locks_base, stride_dqm, offs_m, M,
-                     query_block, key_block, n_key_blocks, scale,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-                     CAUSAL: tl.constexpr, INTERPRET: tl.constexpr, LOW: tl.constexpr):  # fmt: skip
-    """dQ of `query_block` += this key block's dS·K, deterministically without recomputing.
-
-    Key blocks 0, 1, ..., last add their shares in that order: block j waits until the query
-    block's lock counts j earlier shares, adds its own to the fp32 partial sum, and releases.
-    The last one writes dQ itself (× scale, rounded once), so the fp32 sum is in key-block
-    order whatever the schedule. Programs start in key-block order, so a wait never blocks the
-    program it waits for. The partial sum is read past L1 (`.cg`): another block on this SM may
-    have cached an older copy.
-    """
-    if CAUSAL:  # the last key block whose program visits this query block
-        last = tl.minimum(((query_block + 1) * BLOCK_M - 1) // BLOCK_N, n_key_blocks - 1)
-    else:
-        last = n_key_blocks - 1
-    offs_d = tl.arange(0, HEAD_DIM)
-    row_ok = (offs_m < M)[:, None]
-    offs = offs_m[:, None] * stride_dqm + offs_d[None, :]
-    lock = locks_base + query_block
-    if key_block > 0:
-        while tl.atomic_add(lock, 0, sem="acquire") < key_block:
-            pass
-        dq_part += tl.load(dq32_base + offs, mask=row_ok, other=0.0, cache_modifier=".cg")
-    if key_block == last:
-        tl.store(dq_base + offs, to_low(dq_part * scale, LOW, INTERPRET), mask=row_ok)
-    else:
-        tl.store(dq32_base + offs, dq_part, mask=row_ok)
-        tl.debug_barrier()  # every thread's share stored before the release
-        tl.atomic_add(lock, 1, sem="release")
 
 
 @triton.jit
@@ -238,7 +197,7 @@ def _bwd_dq(
 
 @triton.jit
 def attn_bwd_kernel(
-    Q, K, V, DO, DQ, DK, DV, LSE, DELTA, DQ32, LOCKS,
+    Q, K, V, DO, DQ, DK, DV, LSE, DELTA,
     stride_qb, stride_qh, stride_qm,
     stride_kb, stride_kh, stride_kn,
     stride_vb, stride_vh, stride_vn,
@@ -250,14 +209,9 @@ def attn_bwd_kernel(
     BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr,
     BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
     CAUSAL: tl.constexpr, SCORE_LOW: tl.constexpr, FUSED: tl.constexpr,
-    P_LOW: tl.constexpr, DS_LOW: tl.constexpr, ORDERED_DQ: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    P_LOW: tl.constexpr, DS_LOW: tl.constexpr, INTERPRET: tl.constexpr,
 ):  # fmt: skip
     """Program i: dK, dV of key block i (BLOCK_N1 keys) and dQ of query block i (BLOCK_M2 rows).
-
-    With ORDERED_DQ, program i instead adds key block i's share of every query block's dQ as it
-    goes (no second pass over the scores; `_add_dq_in_order`), through DQ32 (fp32, DQ's shape
-    and strides) and LOCKS (int32 zeros, [B·H, cdiv(M, BLOCK_M1)]).
 
     K and V are read at key/value head head // GROUP. DK and DV (per query head) share the
     strides stride_dk*; they are rounded to the input dtype, or stored unrounded when they are
@@ -275,9 +229,6 @@ def attn_bwd_kernel(
     lse_base = LSE + pid_bh.to(tl.int64) * M
     delta_base = DELTA + pid_bh.to(tl.int64) * M
     offs_d = tl.arange(0, HEAD_DIM)
-    dq_offset = off_b * stride_dqb + off_h * stride_dqh
-    locks_base = LOCKS + pid_bh.to(tl.int64) * tl.cdiv(M, BLOCK_M1)
-    n_key_blocks = tl.cdiv(N, BLOCK_N1)
 
     # -- dK, dV for key block pid ------------------------------------------------------------
     start_n = pid * BLOCK_N1
@@ -296,10 +247,7 @@ def attn_bwd_kernel(
             dk, dv = _bwd_dkdv(
                 dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom,
                 offs_n, diag_start, diag_end, M, scale, qk_scale,
-                DQ + dq_offset, DQ32 + dq_offset, locks_base, stride_dqm, pid, n_key_blocks,
-                BLOCK_N1,
-                HEAD_DIM, BLOCK_M1, True, CAUSAL, SCORE_LOW, FUSED, P_LOW, DS_LOW, ORDERED_DQ,
-                INTERPRET, LOW,
+                HEAD_DIM, BLOCK_M1, True, CAUSAL, SCORE_LOW, FUSED, P_LOW, DS_LOW, INTERPRET, LOW,
             )  # fmt: skip
             middle_start = diag_end
         else:
@@ -308,16 +256,12 @@ def attn_bwd_kernel(
         dk, dv = _bwd_dkdv(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom,
             offs_n, middle_start, middle_end, M, scale, qk_scale,
-            DQ + dq_offset, DQ32 + dq_offset, locks_base, stride_dqm, pid, n_key_blocks, BLOCK_N1,
-            HEAD_DIM, BLOCK_M1, False, CAUSAL, SCORE_LOW, FUSED, P_LOW, DS_LOW, ORDERED_DQ,
-            INTERPRET, LOW,
+            HEAD_DIM, BLOCK_M1, False, CAUSAL, SCORE_LOW, FUSED, P_LOW, DS_LOW, INTERPRET, LOW,
         )  # fmt: skip
         dk, dv = _bwd_dkdv(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom,
             offs_n, middle_end, M, M, scale, qk_scale,
-            DQ + dq_offset, DQ32 + dq_offset, locks_base, stride_dqm, pid, n_key_blocks, BLOCK_N1,
-            HEAD_DIM, BLOCK_M1, True, CAUSAL, SCORE_LOW, FUSED, P_LOW, DS_LOW, ORDERED_DQ,
-            INTERPRET, LOW,
+            HEAD_DIM, BLOCK_M1, True, CAUSAL, SCORE_LOW, FUSED, P_LOW, DS_LOW, INTERPRET, LOW,
         )  # fmt: skip
         dkv_offs = (off_b * stride_dkb + off_h * stride_dkh + offs_n[:, None] * stride_dkn
                     + offs_d[None, :])  # fmt: skip
@@ -330,7 +274,7 @@ def attn_bwd_kernel(
 
     # -- dQ for query block pid ---------------------------------------------------------------
     start_m = pid * BLOCK_M2
-    if (not ORDERED_DQ) and start_m < M:
+    if start_m < M:
         offs_m = start_m + tl.arange(0, BLOCK_M2)
         row_ok = offs_m < M
         q = load_rows(q_base, offs_m, offs_d, stride_qm, M, True)

@@ -240,18 +240,14 @@ def attention_backward(
         config = _backward_config(q, max(seq_q, seq_k), head_dim, causal, fp32_dots)
 
     def launch(config: tuning.BwdConfig) -> None:
-        key_blocks = _cdiv(seq_k, config.block_n1)
-        if config.ordered_dq:
-            dq32 = torch.empty(dq.shape, device=q.device, dtype=torch.float32)
-            locks = torch.zeros((batch * heads, _cdiv(seq_q, config.block_m1)),
-                                device=q.device, dtype=torch.int32)  # fmt: skip
-            grid = (key_blocks, batch * heads, 1)
-        else:
-            dq32, locks = dq, dq  # never touched
-            grid = (max(key_blocks, _cdiv(seq_q, config.block_m2)), batch * heads, 1)
+        grid = (
+            max(_cdiv(seq_k, config.block_n1), _cdiv(seq_q, config.block_m2)),
+            batch * heads,
+            1,
+        )
         _BACKWARD(
             grid,
-            (q, k, v, do, dq, dk, dv, lse, delta, dq32, locks),
+            (q, k, v, do, dq, dk, dv, lse, delta),
             (*_row_strides(q, k, v, do, dq, dk), heads, group, seq_q, seq_k, scale,
              scale * LOG2E),
             dict(HEAD_DIM=head_dim,
@@ -259,8 +255,7 @@ def attention_backward(
                  BLOCK_M2=config.block_m2, BLOCK_N2=config.block_n2,
                  CAUSAL=causal, SCORE_LOW=spec.score_precision == "bf16",
                  FUSED=spec.softmax == "fused_scale", P_LOW=spec.p_bar_precision == "bf16",
-                 DS_LOW=spec.ds_precision == "bf16", ORDERED_DQ=config.ordered_dq,
-                 INTERPRET=interpreting()),
+                 DS_LOW=spec.ds_precision == "bf16", INTERPRET=interpreting()),
             _options(config.num_warps, config.num_stages),
         )  # fmt: skip
 

@@ -51,8 +51,6 @@ class BwdConfig:
     block_n2: int
     num_warps: int
     num_stages: int
-    #: dQ added by the dK/dV programs in key-block order (no second pass over the scores).
-    ordered_dq: bool = False
 
 
 #: Small tiles for the CPU interpreter: its cost grows with tile area, not with launches.

@@ -18,7 +18,6 @@ lse, δ: fp32 values, |Δ| ≤ 1e-5·(1 + |x|) (2⁻⁷ where bf16 scores, accum
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import pytest
@@ -26,7 +25,7 @@ import torch
 
 from flashprobe.errors import FlashprobeError
 from flashprobe.kernels import launch, triton_attention
-from flashprobe.kernels.tuning import BwdConfig, FwdConfig
+from flashprobe.kernels.tuning import FwdConfig
 from flashprobe.numerics.gate import (
     assert_gate,
     reference_attention,
@@ -386,50 +385,6 @@ def test_grouped_query_attention(
     assert_close_to_emulator("dk", dk, emu_b.dk, MAX_ULPS)
     assert_close_to_emulator("dv", dv, emu_b.dv, MAX_ULPS)
     check_gate(q, k, v, do, spec, causal, label=f"H{h}/{kv_heads}")
-
-
-# -- ordered dQ accumulation -------------------------------------------------------------------
-def ordered_configs(device: str) -> list[BwdConfig]:
-    if device == "cpu":
-        return [BwdConfig(16, 32, 32, 16, num_warps=4, num_stages=1, ordered_dq=True)]
-    return [
-        BwdConfig(64, 128, 64, 64, num_warps=8, num_stages=2, ordered_dq=True),
-        BwdConfig(32, 64, 64, 32, num_warps=4, num_stages=3, ordered_dq=True),
-    ]
-
-
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("shape", ["square", "ragged", "gqa"])
-def test_ordered_dq_backward(device: str, causal: bool, shape: str) -> None:
-    """dQ added by the dK/dV programs in key-block order (`BwdConfig.ordered_dq`): dK and dV are
-    the default backward's bit for bit with the same blocks (the same loop), dQ is the
-    emulator's up to fp32 sum order, and a second run gives the same bits (the order is fixed
-    whatever the schedule)."""
-    sz = sizes(device)
-    b, h, m, n, d = sz["b"], sz["h"], sz["m"], sz["n"], sz["d"]
-    kv_heads = None
-    if shape == "ragged":
-        m, n = m - 13, n + 11
-    elif shape == "gqa":
-        h, kv_heads = 4, 2
-    q, k, v, do = qkv_do(b, h, m, n, d, torch.bfloat16, device, seed=9, kv_heads=kv_heads)
-    spec = make_spec("fa2", {"ds_precision": "fp32"} if shape == "ragged" else {})
-    scale = default_scale(q)
-    fwd = launch.attention_forward(q, k, v, causal=causal, spec=spec, scale=scale)
-    args = (q, k, v, fwd.o, fwd.lse, do)
-    emu = emulate_backward(q, k, v, fwd.o, do, fwd.lse, spec, causal=causal)
-    for config in ordered_configs(device):
-        unordered = dataclasses.replace(config, ordered_dq=False)
-        plain = launch.attention_backward(*args, causal=causal, spec=spec, scale=scale,
-                                          config=unordered)  # fmt: skip
-        first = launch.attention_backward(*args, causal=causal, spec=spec, scale=scale,
-                                          config=config)  # fmt: skip
-        again = launch.attention_backward(*args, causal=causal, spec=spec, scale=scale,
-                                          config=config)  # fmt: skip
-        assert all(torch.equal(x, y) for x, y in zip(first, again, strict=True)), config
-        assert torch.equal(first[1], plain[1]) and torch.equal(first[2], plain[2]), config
-        assert_close_to_emulator("dq", first[0], emu.dq, MAX_ULPS)
 
 
 # -- stabilized softmax on tied maxima --------------------------------------------------------
