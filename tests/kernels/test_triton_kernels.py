@@ -150,8 +150,10 @@ def test_random_shapes_and_switches_within_gate(device: str, seed: int) -> None:
         m, n = (int(x) for x in torch.randint(1, 2500, (2,), generator=rng))
         d = [32, 64, 128, 256][seed % 4]
         b, h = 1 + seed % 2, 3
-    q, k, v, do = qkv_do(b, h, m, n, d, dtype, device, seed=seed)
-    check_gate(q, k, v, do, spec, causal, label=f"{spec.describe()} M{m} N{n} D{d} {dtype}")
+    kv_heads = 1 if causal else h  # the causal seeds share one key/value head (MQA when h > 1)
+    q, k, v, do = qkv_do(b, h, m, n, d, dtype, device, seed=seed, kv_heads=kv_heads)
+    label = f"{spec.describe()} M{m} N{n} D{d} H{h}/{kv_heads} {dtype}"
+    check_gate(q, k, v, do, spec, causal, label=label)
 
 
 @pytest.mark.parametrize("device", DEVICES)
