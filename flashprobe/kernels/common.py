@@ -109,33 +109,6 @@ def count_ones(p, P_LOW: tl.constexpr, FUSED: tl.constexpr, LOW: tl.constexpr,
 
 
 @triton.jit
-def count_p_bar_ones(p, P_LOW: tl.constexpr, FUSED: tl.constexpr, LOW: tl.constexpr,
-                     INTERPRET: tl.constexpr):  # fmt: skip
-    """`count_ones`, on the GPU with bf16 P̄ compared two entries at a time.
-
-    P̄ as the P̄V product sees it (`p` rounded to bf16, the rounding that product already
-    needs) is held as bf16 pairs; one `set.eq.bf16x2` writes 1.0 (0x3F80) or 0 into each half
-    of a 32-bit word, and the words are summed as int32 (three-input adds): the total is
-    0x3F80·(n_lo + 2^16·n_hi) mod 2^32 for n_lo, n_hi ones in the low and high halves, and
-    0x3F80 = 127·2^7 with 127·31440767 ≡ 1 (mod 2^25) gives n_lo + 2^16·n_hi back for tiles
-    of at most 1022 columns. Half an instruction plus a quarter per entry, where the fp32
-    threshold count takes one and a half.
-    """
-    if (not INTERPRET) and P_LOW and LOW.primitive_bitwidth == 16 and LOW.fp_mantissa_width == 7:
-        p_low = p.to(LOW)
-        a, b = tl.split(tl.reshape(p_low, [p.shape[0], p.shape[1] // 2, 2]))
-        ones = tl.inline_asm_elementwise(
-            "{ .reg .b32 pair, one; mov.b32 pair, {$1, $2}; mov.b32 one, 0x3F803F80; "
-            "set.eq.bf16x2.bf16x2 $0, pair, one; }",
-            "=r,h,h", [a, b], dtype=tl.int32, is_pure=True, pack=1,
-        )  # fmt: skip
-        both = ((tl.sum(ones, 1) >> 7) * 31440767) & 0x1FFFFFF
-        return (both & 0xFFFF) + (both >> 16)
-    else:
-        return count_ones(p, P_LOW, FUSED, LOW, INTERPRET)
-
-
-@triton.jit
 def rnd(x, LOW: tl.constexpr, INTERPRET: tl.constexpr):
     """Round an fp32 tensor to the 16-bit input dtype (round-to-nearest-even), back to fp32.
 

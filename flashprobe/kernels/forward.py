@@ -43,7 +43,7 @@ import triton.language as tl
 from flashprobe.kernels.common import (
     causal_valid,
     count_at_least,
-    count_p_bar_ones,
+    count_ones,
     dot_low,
     dot_maybe_low,
     head_offsets,
@@ -177,7 +177,7 @@ def _fwd_one_pass(
         m_i = m_new
         if INSTRUMENT:
             row_max, tie_events = _record_tile(row_max, tie_events, r, tied)
-            p_ones += count_p_bar_ones(p, P_LOW, SOFTMAX == _FUSED_SCALE, LOW, INTERPRET)
+            p_ones += count_ones(p, P_LOW, SOFTMAX == _FUSED_SCALE, LOW, INTERPRET)
     return acc, l_i, m_i, row_max, tie_events, p_ones
 
 
@@ -225,7 +225,7 @@ def _fwd_two_pass(
             v = load_rows(v_base, offs_n, offs_d, stride_vn, N, True)
             pv = dot_maybe_low(p, v, pv, P_LOW, LOW, INTERPRET)
             if INSTRUMENT:
-                p_ones += count_p_bar_ones(p, P_LOW, SOFTMAX == _FUSED_SCALE, LOW, INTERPRET)
+                p_ones += count_ones(p, P_LOW, SOFTMAX == _FUSED_SCALE, LOW, INTERPRET)
         if ACC_LOW:
             acc = _accumulate(acc, pv, alpha, LOW, INTERPRET)
         else:

@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from flashprobe.kernels import launch
-from flashprobe.kernels.common import count_at_least, count_ones, count_p_bar_ones, top2
+from flashprobe.kernels.common import count_at_least, count_ones, top2
 
 INTERPRETED = launch.interpreting()
 DEVICES = [
@@ -129,40 +129,3 @@ def test_count_at_least_counts_every_entry_at_or_above_the_threshold(device: str
     want = (x >= threshold[:, None]).sum(1, dtype=torch.int32).cpu()
     assert torch.equal(got, want)
     assert got[0] == COLS and got[1] == 0 and got[2] == COLS and got[4] == COLS - 1
-
-
-@triton.jit
-def _p_bar_ones_kernel(X, OUT, ROWS: tl.constexpr, COLS: tl.constexpr, FUSED: tl.constexpr,
-                       INTERPRET: tl.constexpr):  # fmt: skip
-    rows = tl.arange(0, ROWS)
-    x = tl.load(X + rows[:, None] * COLS + tl.arange(0, COLS)[None, :])
-    tl.store(OUT + rows, count_p_bar_ones(x, True, FUSED, tl.bfloat16, INTERPRET))
-
-
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("fused", [False, True], ids=["standard", "fused"])
-def test_count_p_bar_ones_on_bf16_pairs(device: str, fused: bool) -> None:
-    """The forward's P̄ = 1 count (on the GPU: bf16 pairs compared at once, the words summed as
-    int32 and decoded) equals rounding to bf16 and counting, on 128-key tiles (the widest
-    one-pass tile) with 0 to 128 ones per row, ones only in the low or only in the high halves
-    of the pairs, and values at the rounding boundaries."""
-    rows, cols = 32, 128
-    gen = torch.Generator().manual_seed(1)
-    x = torch.rand(rows, cols, generator=gen) * 0.99
-    for r in range(rows):
-        x[r, : r * 4] = 1.0  # 0, 4, ..., 124 ones
-    x[-1] = 1.0  # 128 ones: 64 in each half of the pairs
-    x[-2] = torch.where(torch.arange(cols) % 2 == 0, 1.0, 0.5)  # low halves only
-    x[-3] = torch.where(torch.arange(cols) % 2 == 1, 1.0, 0.5)  # high halves only
-    edges = torch.tensor([below(1 - 2.0**-9), 1 - 2.0**-9, above(1 - 2.0**-9), 0.0])
-    if fused:  # the fused exponent's P̄ may exceed 1 by its rounding residual
-        edges = torch.cat([edges, torch.tensor([above(1.0), 1 + 2.0**-8, above(1 + 2.0**-8)])])
-    picks = torch.randint(len(edges), (rows, cols), generator=gen)
-    sprinkle = torch.rand(rows, cols, generator=gen) < 0.2
-    x[4:-3] = torch.where(sprinkle, edges[picks], x)[4:-3]
-    x = x.to(device)
-    out = torch.empty(rows, device=device, dtype=torch.int32)
-    _p_bar_ones_kernel[(1,)](x, out, rows, cols, fused, INTERPRETED)
-    want = (x.to(torch.bfloat16) == 1).sum(1, dtype=torch.int32)
-    assert int(want.max()) == cols and int(want.min()) == 0
-    assert torch.equal(out.cpu(), want.cpu())
