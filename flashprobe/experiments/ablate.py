@@ -6,7 +6,7 @@ Suite YAML schema (expansion: experiments.suite; cell config: experiments.cell_c
     description: ...                # free text
     seeds: [0, 1]                   # every variant × grid point runs once per seed
     base:                           # the run every variant starts from
-      model:      {n_layer, n_head, n_embd, block_size, vocab_size, bias, dropout,
+      model:      {n_layer, n_head, n_kv_head, n_embd, block_size, vocab_size, bias, dropout,
                    attention: {impl: flashprobe|sdpa|math, backend: auto|emulator|triton},
                    layers: {1: {impl: ..., heads: {7: {...}}}}}      # 0-based layers/heads
       data:       {source: stdlib|bin, path, vocab_size, val_fraction, max_bytes, record_offsets}
@@ -262,6 +262,7 @@ def check_branches(suite: Suite) -> None:
         pairs = {
             "model.n_layer": (mine.model.n_layer, theirs.model.n_layer),
             "model.n_head": (mine.model.n_head, theirs.model.n_head),
+            "model.n_kv_head": (mine.model.kv_heads, theirs.model.kv_heads),
             "model.n_embd": (mine.model.n_embd, theirs.model.n_embd),
             "model.block_size": (mine.model.block_size, theirs.model.block_size),
             "model.vocab_size": (mine.model.vocab_size, theirs.model.vocab_size),

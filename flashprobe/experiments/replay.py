@@ -10,7 +10,9 @@ step, layer and head (error = variant − fp64 golden):
     delta_mean, delta_t  signed error of δ = rowsum(dO∘O) as the variant's backward uses it
     delta_sum            Σ over the captured tokens of the δ error (its running sum over steps
                          is the paper's Fig. 5a)
-    dq/dk/dv_rel         relative errors of the attention gradients
+    dq/dk/dv_rel         relative errors of the attention gradients (grouped-query captures:
+                         each query head runs on its own copy of its key/value head, so dK and
+                         dV are that head's share of the shared head's gradient)
     wq_rel, wk_rel       relative error of the weight-gradient contribution dW = dQᵀX (dKᵀX)
                          when the capture holds the layer input X (key layer{i}.x, B × T × C);
                          without X, the token-summed dQ (dK) error (what dQᵀX is if every row
@@ -63,6 +65,7 @@ from flashprobe.experiments import store_reader as sr
 from flashprobe.experiments.ranking import Roles, resolve_roles
 from flashprobe.experiments.replay_summary import summarise
 from flashprobe.reference.golden import golden_backward, golden_forward
+from flashprobe.reference.heads import expand_kv, group_size
 from flashprobe.spec import KernelSpec
 
 FORMAT = "flashprobe-replay/1"
@@ -330,6 +333,10 @@ def _replay_layer(
     kernel: KernelFn,
 ) -> list[dict[str, Any]]:
     q, k, v, do = (tensors[n].to(device) for n in ("q", "k", "v", "do"))  # type: ignore[union-attr]
+    # Grouped-query captures: each query head replays on its own copy of its key/value head, so
+    # dK, dW_K and the key-shift leak are that query head's share of the shared head's gradient.
+    group = group_size(q, k)
+    k, v = expand_kv(k, group), expand_kv(v, group)
     x = tensors["x"]
     x64 = x.to(device).double() if x is not None else None
     captured_o = tensors["o"]

@@ -40,8 +40,10 @@ Captures (`run/captures/`, written by experiments.capture under capture.max_byte
             x         B × T × n_embd, the layer input fed to c_attn (after ln_1) as its matmul
                       consumes it (bf16 under bf16 autocast); replay's dW_Q[h] = dq_hᵀX and
                       dW_K[h] = dk_hᵀX use it (head h's B × T × D slice against X)
-            q, k, v   B × H × T × D, the attention inputs as the kernel saw them (bf16 under
+            q         B × H × T × D, the attention input as the kernel saw it (bf16 under
                       bf16 autocast)
+            k, v      B × H_kv × T × D, likewise (H_kv = model.n_kv_head, grouped-query
+                      attention; H when it is null)
             o         B × H × T × D, the attention output (before the output projection)
             do        B × H × T × D, the gradient of the loss w.r.t. o (same dtype as o)
             lse       B × H × T, fp32 natural-log log-sum-exp of the scaled causal scores

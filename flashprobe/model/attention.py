@@ -5,6 +5,12 @@ Per-head choices are implemented by splitting the heads into groups that share o
 Q, K, V, and concatenating the outputs back into head order. Each head's attention is
 independent of the others, so this is exact; it costs one gather per group when a layer is split.
 
+Grouped-query attention (n_kv_head < n_head): query head h reads key/value head h // group. A
+layer with one head group passes the shared K, V to its attention as they are. A split layer
+gives each group the key/value heads it reads: as shared heads when the group holds every query
+head of them, else one copy per query head, taken from fp32 K, V so that autograd sums the
+copies' gradients in fp32 and rounds once, as the kernels do for shared heads.
+
 Precision: the ``flashprobe`` kernels decide their own rounding (docs/semantics.md), so they run
 with autocast turned off and get inputs cast to the autocast dtype (bf16): exactly the tensors a
 fused kernel would see. ``math`` upcasts to fp32; ``sdpa`` runs in whatever dtype autocast gives.
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,6 +29,7 @@ from torch import nn
 
 from flashprobe.model.config import AttentionConfig, HeadGroup
 from flashprobe.model.instrument import AttentionRecorder, LayerStats
+from flashprobe.reference.heads import expand_kv, group_size
 
 AttentionFn = Callable[..., Any]
 #: Rows per sequence on which instrumented steps check what the backward's softmax sums to.
@@ -46,12 +54,21 @@ class GroupResult:
 
 class CausalSelfAttention(nn.Module):
     def __init__(
-        self, n_embd: int, n_head: int, groups: tuple[HeadGroup, ...], layer: int, bias: bool
+        self,
+        n_embd: int,
+        n_head: int,
+        groups: tuple[HeadGroup, ...],
+        layer: int,
+        bias: bool,
+        n_kv_head: int | None = None,
     ) -> None:
         super().__init__()
         self.n_head, self.n_embd, self.layer = n_head, n_embd, layer
+        self.n_kv_head = n_head if n_kv_head is None else n_kv_head
+        self.kv_dim = self.n_kv_head * (n_embd // n_head)
         self.groups = groups
-        self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)
+        self.inputs = tuple(GroupInputs.of(g.heads, n_head, self.n_kv_head) for g in groups)
+        self.c_attn = nn.Linear(n_embd, n_embd + 2 * self.kv_dim, bias=bias)
         self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
         self.recorder: AttentionRecorder | None = None  # set by GPT.instrument()
         order = [h for g in groups for h in g.heads]
@@ -60,14 +77,18 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        q, k, v = self.c_attn(x).split((self.n_embd, self.kv_dim, self.kv_dim), dim=2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        k, v = (t.view(B, T, self.n_kv_head, C // self.n_head).transpose(1, 2) for t in (k, v))
         rec = self.recorder
         want_stats = rec is not None and rec.collect_stats
         capture = rec is not None and rec.wants_capture(self.layer)
 
         results = [
-            _run_group(g, q, k, v, want_stats=want_stats, want_lse=capture) for g in self.groups
+            _run_group(
+                g.attention, *inputs.select(q, k, v), want_stats=want_stats, want_lse=capture
+            )
+            for g, inputs in zip(self.groups, self.inputs, strict=True)
         ]
         o = self._unsplit_heads([r.o for r in results])
         if rec is not None:
@@ -97,8 +118,42 @@ def _as_matmul_input(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+@dataclass(frozen=True)
+class GroupInputs:
+    """Which query heads and key/value heads one head group's attention reads.
+
+    kv_heads: the key/value heads passed along (None: all of them, as they are). `per_query`:
+    one key/value copy per query head (a group holding only part of a shared head's queries).
+    """
+
+    heads: tuple[int, ...] | None
+    kv_heads: tuple[int, ...] | None
+    per_query: bool = False
+
+    @classmethod
+    def of(cls, heads: tuple[int, ...], n_head: int, n_kv_head: int) -> GroupInputs:
+        if heads == tuple(range(n_head)):
+            return cls(None, None)
+        group = n_head // n_kv_head
+        shared = sorted({h // group for h in heads})
+        if group == 1 or set(heads) == {kv * group + i for kv in shared for i in range(group)}:
+            return cls(heads, tuple(shared))
+        return cls(heads, tuple(h // group for h in heads), per_query=True)
+
+    def select(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self.heads is None:
+            return q, k, v
+        heads = torch.tensor(self.heads, device=q.device)
+        kv_heads = torch.tensor(self.kv_heads, device=q.device)
+        if self.per_query:  # fp32 copies: their gradients are summed in fp32 (module docstring)
+            k, v = k.float(), v.float()
+        return q.index_select(1, heads), k.index_select(1, kv_heads), v.index_select(1, kv_heads)
+
+
 def _run_group(
-    group: HeadGroup,
+    config: AttentionConfig,
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -106,16 +161,12 @@ def _run_group(
     want_stats: bool,
     want_lse: bool,
 ) -> GroupResult:
-    if group.heads != tuple(range(q.shape[1])):
-        index = torch.tensor(group.heads, device=q.device)
-        q, k, v = (t.index_select(1, index) for t in (q, k, v))
-    config = group.attention
     if config.impl == "flashprobe":
         return _flashprobe(config, q, k, v, want_stats=want_stats or want_lse)
     if config.impl == "math":
         o = _math_attention(q, k, v)
     else:
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        o = _sdpa(q, k, v)
     if not (want_stats or want_lse):
         return GroupResult(o, None, None)
     lse, row_max = _scores_summary(q, k)
@@ -169,10 +220,17 @@ def _softmax_sum_error(
     return softmax_sum_error_qk(q, k, lse, spec, causal=True, scale=scale, rows=rows)
 
 
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    if k.shape[1] == q.shape[1]:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+
 def _math_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Standard attention in fp32 (materialised scores, no tiling, no low-precision step)."""
     with torch.autocast(q.device.type, enabled=False):
-        q, k, v = q.float(), k.float(), v.float()
+        group = group_size(q, k)
+        q, k, v = q.float(), expand_kv(k.float(), group), expand_kv(v.float(), group)
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
         scores = scores.masked_fill(_causal_mask(q.shape[-2], q.device), float("-inf"))
         return torch.softmax(scores, dim=-1) @ v
@@ -182,7 +240,8 @@ def _math_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.
 def _scores_summary(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """fp32 log-sum-exp and row max of the scaled causal scores (for sdpa/math instrumentation)."""
     with torch.autocast(q.device.type, enabled=False):
-        scores = (q.float() @ k.float().transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+        k = expand_kv(k.float(), group_size(q, k))
+        scores = (q.float() @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
         scores = scores.masked_fill(_causal_mask(q.shape[-2], q.device), float("-inf"))
         return torch.logsumexp(scores, dim=-1), scores.amax(dim=-1)
 

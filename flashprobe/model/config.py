@@ -210,6 +210,9 @@ class ModelConfig:
 
     n_layer: int = 6
     n_head: int = 6
+    #: Key/value heads (grouped-query attention: query head h reads key/value head
+    #: h // (n_head / n_kv_head)); None: one per query head, as GPT-2.
+    n_kv_head: int | None = None
     n_embd: int = 384
     block_size: int = 1024
     vocab_size: int | None = None
@@ -232,6 +235,11 @@ class ModelConfig:
         require(
             self.n_embd % self.n_head == 0,
             f"model.n_embd ({self.n_embd}) must be a multiple of model.n_head ({self.n_head})",
+        )
+        require(
+            self.n_kv_head is None or (self.n_kv_head >= 1 and self.n_head % self.n_kv_head == 0),
+            f"model.n_kv_head ({self.n_kv_head}) must be a divisor of model.n_head "
+            f"({self.n_head}), or null",
         )
         require(self.vocab_size is None or self.vocab_size >= 2, "model.vocab_size must be >= 2")
         require(0.0 <= self.dropout < 1.0, f"model.dropout must be in [0, 1), got {self.dropout}")
@@ -256,6 +264,11 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads per layer (n_kv_head, or n_head when it is None)."""
+        return self.n_head if self.n_kv_head is None else self.n_kv_head
 
     def with_vocab(self, vocab_size: int) -> ModelConfig:
         return dataclasses.replace(self, vocab_size=vocab_size)

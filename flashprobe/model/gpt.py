@@ -38,7 +38,12 @@ class Block(nn.Module):
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.attn = CausalSelfAttention(
-            config.n_embd, config.n_head, config.head_groups(layer), layer, config.bias
+            config.n_embd,
+            config.n_head,
+            config.head_groups(layer),
+            layer,
+            config.bias,
+            n_kv_head=config.kv_heads,
         )
         self.attn_dropout = nn.Dropout(config.dropout)  # on the residual branch, as nanoGPT
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
@@ -125,10 +130,11 @@ class GPT(nn.Module):
                 attn.recorder = None
 
     def qk_weights(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """W_Q and W_K of a layer (each n_embd × n_embd, output rows grouped by head)."""
+        """W_Q (n_embd × n_embd) and W_K (key/value heads · head_dim × n_embd) of a layer,
+        output rows grouped by head."""
         weight = self.transformer.h[layer].attn.c_attn.weight
-        c = self.config.n_embd
-        return weight[:c], weight[c : 2 * c]
+        c, kv_dim = self.config.n_embd, self.config.kv_heads * self.config.head_dim
+        return weight[:c], weight[c : c + kv_dim]
 
 
 def _init_weights(module: nn.Module) -> None:

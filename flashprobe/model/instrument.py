@@ -102,8 +102,8 @@ class LayerStats:
 
 @dataclass
 class KeyGradStats:
-    """Per-head sums behind `mechanism.key_shift_leak`, pooled over micro-batches (float64, on
-    the gradient's device until read).
+    """Per key/value head sums behind `mechanism.key_shift_leak`, pooled over micro-batches
+    (float64, on the gradient's device until read).
 
     Σ_j dK_j is exactly 0 for any attention (softmax ignores a common shift of a row's scores),
     so whatever the backward leaves there is its numerical error, measured on every model.
@@ -117,11 +117,13 @@ class KeyGradStats:
     @classmethod
     @torch.no_grad()
     def from_grads(cls, dk: torch.Tensor, q: torch.Tensor) -> KeyGradStats:
-        """dk, q: batch × heads × seq × head_dim; summed in fp32 (fp64 inputs: in fp64)."""
+        """dk: batch × kv heads × seq × head_dim, q: batch × heads × seq × head_dim (a shared
+        key/value head pairs with the mean query of its group); summed in fp32 (fp64 inputs:
+        in fp64)."""
         work = torch.promote_types(dk.dtype, torch.float32)
         # Reductions in `work` straight from the 16-bit tensors: no full-size fp32 copies.
         leak = dk.sum(dim=2, dtype=work)
-        q_mean = q.mean(dim=2, dtype=work)
+        q_mean = q.unflatten(1, (dk.shape[1], -1)).mean(dim=(2, 3), dtype=work)
         sums = torch.stack((
             leak.square().sum(dim=(0, 2)),
             torch.linalg.vector_norm(dk, dim=(0, 2, 3), dtype=work).square(),
@@ -157,8 +159,9 @@ class AttentionRecorder:
         self.capture_layers = frozenset(capture_layers)
         self.stats: dict[int, LayerStats] = {}
         self.key_grads: dict[int, KeyGradStats] = {}
-        #: "layer{i}.{x,q,k,v,o,lse,do}" → CPU tensor (q/k/v/o/do: batch × heads × seq × head_dim;
-        #: x: batch × seq × n_embd; lse: batch × heads × seq).
+        #: "layer{i}.{x,q,k,v,o,lse,do}" → CPU tensor (q/o/do: batch × heads × seq × head_dim,
+        #: k/v: batch × kv heads × seq × head_dim; x: batch × seq × n_embd; lse: batch × heads ×
+        #: seq).
         self.tensors: dict[str, torch.Tensor] = {}
 
     def wants_capture(self, layer: int) -> bool:

@@ -17,16 +17,16 @@ from flashprobe.reporting.render import to_jsonable
 def qk_spectral_norms(model: GPT) -> dict[str, list[Any]]:
     """Largest singular values of W_Q and W_K: per layer, and per layer and head.
 
-    A head's block is its head_dim output rows of the n_embd × n_embd matrix (the rows that
-    produce that head's q or k), as in the paper's Fig. 3.
+    A head's block is its head_dim output rows of the matrix (the rows that produce that
+    head's q or k), as in the paper's Fig. 3; W_K has one block per key/value head.
     """
-    heads, head_dim = model.config.n_head, model.config.head_dim
+    head_dim = model.config.head_dim
     norms: dict[str, list[torch.Tensor]] = {"wq": [], "wk": []}
     for layer in range(model.config.n_layer):
         for name, weight in zip(("wq", "wk"), model.qk_weights(layer), strict=True):
             w = weight.detach().float()
             whole = torch.linalg.matrix_norm(w, ord=2)
-            per_head = torch.linalg.matrix_norm(w.view(heads, head_dim, -1), ord=2)
+            per_head = torch.linalg.matrix_norm(w.view(-1, head_dim, w.shape[-1]), ord=2)
             norms[name].append(torch.cat([whole[None], per_head]))
     out: dict[str, list[Any]] = {}
     for name, rows in norms.items():

@@ -43,18 +43,33 @@ DIVERGED = {"baseline": [3, 3], "delta-fp32": [None, None], "block-m": [3, 2]}
 
 
 def make_store(
-    root: Path, *, with_x: bool = False, finished: bool = True, suite: dict | None = None
+    root: Path,
+    *,
+    with_x: bool = False,
+    finished: bool = True,
+    suite: dict | None = None,
+    kv_heads: int | None = None,
+    expand: bool = False,
 ) -> Path:
     """A two-seed suite: every cell finished with DIVERGED outcomes, captures at steps 1-3 of
-    layer 1 (fa2 forward on random bf16 tensors, so the baseline replay reproduces O)."""
+    layer 1 (fa2 forward on random bf16 tensors, so the baseline replay reproduces O).
+    kv_heads: K, V with that many heads (grouped-query); expand: write them out per query head."""
     store = ResultStore(root)
-    for cell in expand_suite(suite or SUITE, validate=normalise_cell_config).cells:
+    suite = suite or SUITE
+    heads = suite["base"]["model"]["n_head"]
+    for cell in expand_suite(suite, validate=normalise_cell_config).cells:
         path = store.open_cell(cell, "test", {"device": "cpu"})
         folder = path / "run" / "captures"
         folder.mkdir(parents=True)
         for step in (1, 2, 3):
             g = torch.Generator().manual_seed(100 * cell.seed + step)
-            q, k, v, do = (torch.randn(2, 2, 64, 16, generator=g).bfloat16() for _ in range(4))
+            q = torch.randn(2, heads, 64, 16, generator=g).bfloat16()
+            k, v = (torch.randn(2, kv_heads or heads, 64, 16, generator=g).bfloat16()
+                    for _ in range(2))  # fmt: skip
+            do = torch.randn(2, heads, 64, 16, generator=g).bfloat16()
+            if expand:
+                own = [h // (heads // k.shape[1]) for h in range(heads)]
+                k, v = k[:, own], v[:, own]
             fwd = emulate_forward(q, k, v, "fa2", causal=True)
             tensors = {"layer1.q": q, "layer1.k": k, "layer1.v": v, "layer1.o": fwd.o,
                        "layer1.do": do, "layer1.lse": fwd.lse}  # fmt: skip
@@ -218,3 +233,22 @@ def test_a_planted_common_key_gradient_shows_as_key_shift_leak(tmp_path) -> None
     assert summary["block-m"]["key_shift_drift"] > 0.9
     text = render_reports([build_suite_report("planted", cells)], "table", table="metrics")
     assert "K-shift leak" in text
+
+
+def test_grouped_query_captures_replay_as_each_query_heads_copy_of_its_kv_head(tmp_path) -> None:
+    """K, V captured with 2 heads for 4 query heads replay exactly as the same tensors written out
+    per query head (query head h reads key/value head h // 2)."""
+    suite = json.loads(json.dumps(SUITE))
+    suite["base"]["model"].update(n_head=4, n_kv_head=2, n_embd=64)
+    records = []
+    for expand in (False, True):
+        root = make_store(tmp_path / str(expand), suite=suite, kv_heads=2, expand=expand)
+        replay_store(root, "planted", settings=ReplaySettings(variants=("baseline", "delta-fp32")))
+        cell = next(c for c in sr.read_cells(root) if c.variant == "baseline" and c.seed == 0)
+        doc = sr.read_replay(cell)
+        assert doc is not None
+        records.append(doc["records"])
+    grouped, expanded = records
+    assert len(grouped) == 2 * 3 * 4  # variants × steps × query heads
+    assert all(r["matches_capture"] for r in grouped if r["variant"] == "baseline")
+    assert grouped == expanded

@@ -9,7 +9,7 @@ import torch
 
 from flashprobe.errors import FlashprobeError
 from flashprobe.model import GPT, ModelConfig
-from flashprobe.model.instrument import LayerStats
+from flashprobe.model.instrument import KeyGradStats, LayerStats
 
 TINY = {"n_layer": 2, "n_head": 4, "n_embd": 64, "block_size": 32, "vocab_size": 256}
 
@@ -68,7 +68,6 @@ def test_row_max_extremes_per_head_and_their_merge() -> None:
 def test_stats_stay_on_the_attention_device_until_read() -> None:
     """Reducing and merging stats must not copy to the host (a sync per layer and step): on
     the meta device, any such copy raises."""
-    from flashprobe.model.instrument import KeyGradStats
 
     rows = torch.zeros(2, 3, 5, device="meta")
     counts = torch.zeros(2, 3, 5, dtype=torch.int32, device="meta")
@@ -198,3 +197,35 @@ def test_key_shift_leak_under_bf16_autocast_sits_at_the_bf16_floor_for_every_hea
         model(torch.randint(0, 256, (2, 32)), torch.randint(0, 256, (2, 32)))[1].backward()
     leaks = record.stats_dict()["1"]["key_shift_leak"]
     assert len(leaks) == 4 and all(1e-4 < x < 2e-2 for x in leaks)
+
+
+def test_gqa_stats_are_per_query_head_and_the_key_leak_per_key_value_head() -> None:
+    """n_kv_head 2 of 4, layer 1 split so that head 0 runs alone (its own copy of key/value
+    head 0): stats per query head, one key-shift leak per shared head, at bf16's floor."""
+    pytest.importorskip("flashprobe.api")
+    model = tiny(n_kv_head=2, layers={1: {"heads": {0: {"impl": "sdpa"}}}})
+    idx = torch.randint(0, 256, (2, 32))
+    with torch.autocast("cpu", dtype=torch.bfloat16), model.instrument(capture_layers=[1]) as rec:
+        model(idx, idx)[1].backward()
+    for layer in ("0", "1"):
+        entry = rec.stats_dict()[layer]
+        assert len(entry["max_logit"]) == 4 and len(entry["p_bar_ones"]) == 4
+        assert len(entry["key_shift_leak"]) == 2
+        assert all(1e-4 < x < 2e-2 for x in entry["key_shift_leak"])
+    q, k = rec.tensors["layer1.q"].float(), rec.tensors["layer1.k"].float()
+    assert q.shape == (2, 4, 32, 16) and k.shape == (2, 2, 32, 16)
+    scores = (q @ k.repeat_interleave(2, dim=1).transpose(-2, -1)) / 4.0
+    scores = scores.masked_fill(torch.ones(32, 32, dtype=torch.bool).triu(1), -math.inf)
+    torch.testing.assert_close(rec.tensors["layer1.lse"], scores.logsumexp(-1))
+
+
+def test_key_grad_drift_of_a_shared_head_uses_its_group_mean_query() -> None:
+    g = torch.Generator().manual_seed(0)
+    dk, q = torch.randn(2, 2, 8, 4, generator=g), torch.randn(2, 4, 8, 4, generator=g)
+    stats = KeyGradStats.from_grads(dk, q)
+    leak = dk.sum(dim=2)  # [B, H_kv, D]
+    q_mean = torch.stack([q[:, 2 * kv : 2 * kv + 2].mean(dim=(1, 2)) for kv in range(2)], dim=1)
+    torch.testing.assert_close(stats.along, -(leak * q_mean).sum(dim=(0, 2)).double())
+    torch.testing.assert_close(
+        stats.lengths, (leak.norm(dim=-1) * q_mean.norm(dim=-1)).sum(dim=0).double()
+    )
