@@ -1,6 +1,6 @@
 """Training throughput on one GPU: GPT-2 124M with flashprobe's Triton kernel against SDPA.
 
-    PYTHONUNBUFFERED=1 python scripts/gpu_throughput.py --out $OUT [--steps 40]
+    PYTHONUNBUFFERED=1 python scripts/gpu_throughput.py --out $OUT [--steps 40] [--kv-heads 4]
 
 Runs, in one process and on identical data, short `train_run`s of GPT-2 124M (12 layers,
 12 heads, 768 wide, seq 1024, bf16 autocast, AdamW) with
@@ -9,7 +9,9 @@ Runs, in one process and on identical data, short `train_run`s of GPT-2 124M (12
   3. flashprobe `sfa` (the paper's stabilized softmax) on the Triton kernels,
   4. `fa2` with instrumentation and metrics on (attention stats every step, W_Q/W_K
      spectral norms every 10 steps),
-and reports the median tokens/s over the steps after a warm-up (compilation excluded), plus
+(with --kv-heads N: grouped-query attention, N key/value heads; the model then differs from
+GPT-2 124M by its smaller c_attn) and reports the median tokens/s over the steps after a
+warm-up (compilation excluded), plus
 the ratios the ablate issue asks for (≥ 0.9× and ≥ 0.8× SDPA). Each variant also runs with
 `train.compile` (name + "+compile") and with compile mode "reduce-overhead" (CUDA graphs,
 name + "+cudagraphs"), each against SDPA run the same way. Also times the attention
@@ -61,7 +63,9 @@ def split_name(name: str) -> tuple[str, str]:
     return name, ""
 
 
-def run_variant(name: str, steps: int, batch: int, warmup: int, out_dir: Path) -> dict:
+def run_variant(
+    name: str, steps: int, batch: int, warmup: int, out_dir: Path, kv_heads: int | None = None
+) -> dict:
     from flashprobe.train import TrainConfig, train_run
 
     base, suffix = split_name(name)
@@ -69,7 +73,7 @@ def run_variant(name: str, steps: int, batch: int, warmup: int, out_dir: Path) -
     mode = COMPILE_MODES[suffix]
     config = TrainConfig.from_dict(
         {
-            "model": {**GPT2, "attention": attention},
+            "model": {**GPT2, "n_kv_head": kv_heads, "attention": attention},
             "optimizer": {"lr": 6e-4},
             "schedule": {"warmup_steps": 10},
             "train": {
@@ -147,19 +151,22 @@ def main() -> None:
     names = [f"{name}{suffix}" for suffix in COMPILE_MODES for name in VARIANTS]
     parser.add_argument("--variants", nargs="+", choices=names, default=names)
     parser.add_argument("--no-attention", action="store_true", help="skip the attention timing")
+    parser.add_argument("--kv-heads", type=int, default=None, help="key/value heads (GQA)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
     from flashprobe.environment import environment
 
-    results: dict = {"environment": environment("cuda")}
+    results: dict = {"environment": environment("cuda"), "kv_heads": args.kv_heads}
     if not args.no_attention:
         results["attention_only"] = attention_only(args.batch)
         print(json.dumps(results["attention_only"]))
     with tempfile.TemporaryDirectory() as tmp:
         runs = []
         for name in args.variants:
-            runs.append(run_variant(name, args.steps, args.batch, args.warmup, Path(tmp)))
+            runs.append(
+                run_variant(name, args.steps, args.batch, args.warmup, Path(tmp), args.kv_heads)
+            )
             print(json.dumps(runs[-1]), flush=True)
     rates = {run["variant"]: run["median_tokens_per_s"] for run in runs}
     for run in runs:
