@@ -106,7 +106,9 @@ def test_gpt2_suite_needs_its_data_and_a_gpu(tmp_path, run_cli) -> None:
     assert "paper-code@4000" in plan.out and not Path(store).exists()
 
 
-@pytest.mark.parametrize("name", ["quick", "quick-adamw", "quick-muon", "quick-l-add", "gpu-smoke"])
+@pytest.mark.parametrize(
+    "name", ["quick", "quick-adamw", "quick-muon", "quick-l-add", "quick-gqa", "gpu-smoke"]
+)
 def test_one_gpu_suites_plan_on_cpu(tmp_path, run_cli, name: str) -> None:
     """The shipped CUDA suites are valid (sections, failure rule, replay roles) and refuse a CPU
     machine; planned with CPU overrides they list every variant and write nothing."""
