@@ -60,14 +60,15 @@ class CausalSelfAttention(nn.Module):
         groups: tuple[HeadGroup, ...],
         layer: int,
         bias: bool,
-        n_kv_head: int | None = None,
+        n_kv_head: int,
     ) -> None:
         super().__init__()
-        self.n_head, self.n_embd, self.layer = n_head, n_embd, layer
-        self.n_kv_head = n_head if n_kv_head is None else n_kv_head
-        self.kv_dim = self.n_kv_head * (n_embd // n_head)
-        self.groups = groups
-        self.inputs = tuple(GroupInputs.of(g.heads, n_head, self.n_kv_head) for g in groups)
+        self.n_head, self.n_kv_head, self.n_embd, self.layer = n_head, n_kv_head, n_embd, layer
+        self.kv_dim = n_kv_head * (n_embd // n_head)
+        #: Per head group: its attention config and the Q, K, V heads it reads.
+        self.group_runs = tuple(
+            (g.attention, GroupInputs.of(g.heads, n_head, n_kv_head)) for g in groups
+        )
         self.c_attn = nn.Linear(n_embd, n_embd + 2 * self.kv_dim, bias=bias)
         self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
         self.recorder: AttentionRecorder | None = None  # set by GPT.instrument()
@@ -85,10 +86,8 @@ class CausalSelfAttention(nn.Module):
         capture = rec is not None and rec.wants_capture(self.layer)
 
         results = [
-            _run_group(
-                g.attention, *inputs.select(q, k, v), want_stats=want_stats, want_lse=capture
-            )
-            for g, inputs in zip(self.groups, self.inputs, strict=True)
+            _run_group(config, *inputs.select(q, k, v), want_stats=want_stats, want_lse=capture)
+            for config, inputs in self.group_runs
         ]
         o = self._unsplit_heads([r.o for r in results])
         if rec is not None:
@@ -166,7 +165,9 @@ def _run_group(
     if config.impl == "math":
         o = _math_attention(q, k, v)
     else:
-        o = _sdpa(q, k, v)
+        o = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1]
+        )
     if not (want_stats or want_lse):
         return GroupResult(o, None, None)
     lse, row_max = _scores_summary(q, k)
@@ -218,12 +219,6 @@ def _softmax_sum_error(
     rows = torch.arange(n - 1, -1, -max(1, n // SUM_CHECK_ROWS), device=q.device).flip(0)
     scale = default_scale(q.shape[-1])
     return softmax_sum_error_qk(q, k, lse, spec, causal=True, scale=scale, rows=rows)
-
-
-def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    if k.shape[1] == q.shape[1]:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
 
 
 def _math_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

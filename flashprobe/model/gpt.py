@@ -43,7 +43,7 @@ class Block(nn.Module):
             config.head_groups(layer),
             layer,
             config.bias,
-            n_kv_head=config.kv_heads,
+            config.kv_heads,
         )
         self.attn_dropout = nn.Dropout(config.dropout)  # on the residual branch, as nanoGPT
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
@@ -132,9 +132,9 @@ class GPT(nn.Module):
     def qk_weights(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """W_Q (n_embd × n_embd) and W_K (key/value heads · head_dim × n_embd) of a layer,
         output rows grouped by head."""
-        weight = self.transformer.h[layer].attn.c_attn.weight
-        c, kv_dim = self.config.n_embd, self.config.kv_heads * self.config.head_dim
-        return weight[:c], weight[c : c + kv_dim]
+        attn = self.transformer.h[layer].attn
+        c = attn.n_embd
+        return attn.c_attn.weight[:c], attn.c_attn.weight[c : c + attn.kv_dim]
 
 
 def _init_weights(module: nn.Module) -> None:
