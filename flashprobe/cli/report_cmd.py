@@ -48,11 +48,21 @@ def report_command(
     failure_layers: list[int] | None = typer.Option(
         None, "--failure-layer", help="With --failure logit-runaway: only this layer (repeat)."
     ),
+    horizon: int | None = typer.Option(
+        None,
+        "--horizon",
+        help="Count every run's outcome at this step: a failure later does not count, and a "
+        "run that ended sooner without failing has none (compares runs of different lengths). "
+        "Default: the suite's failure.horizon, else as far as each run went.",
+    ),
 ) -> None:
     """Rank which kernel component explains a suite's divergence, from a result store.
 
     Reads every cell (training outcome per seed) and the replay results (`flashprobe replay`);
-    a partially finished store is reported as far as it goes, with what is missing.
+    a partially finished store is reported as far as it goes, with what is missing. Each
+    variant, grid point and seed counts once: when the store holds several runs of it (a
+    rerun with more steps, or after a code change), its longest, then latest run; the notes
+    name the others.
 
     Examples:
 
@@ -65,6 +75,8 @@ def report_command(
       flashprobe report runs --plot figures/
 
       flashprobe report runs --failure logit-runaway --logit-limit 1000 --failure-layer 1
+
+      flashprobe report runs --suite quick --horizon 2500
     """
     from flashprobe.reporting.report import FORMATS, TABLES, build_reports, render_reports
 
@@ -74,6 +86,8 @@ def report_command(
         raise FlashprobeError(f"--table must be one of {', '.join(TABLES)}, got {table!r}")
     if top < 0:
         raise FlashprobeError(f"--top must be >= 0, got {top}")
+    if horizon is not None and horizon < 1:
+        raise FlashprobeError(f"--horizon must be a step count >= 1, got {horizon}")
     if plot is not None:
         from flashprobe.reporting.plots import require_matplotlib
 
@@ -84,7 +98,9 @@ def report_command(
 
         layers = tuple(failure_layers) if failure_layers else None
         rule = FailureRule(failure, logit_limit, layers)
-    reports = build_reports(store, suite, baseline=baseline, safe=safe, top=top, failure=rule)
+    reports = build_reports(
+        store, suite, baseline=baseline, safe=safe, top=top, failure=rule, horizon=horizon
+    )
     typer.echo(render_reports(reports, fmt, table))
     if plot is not None:
         from flashprobe.reporting.plots import write_plots

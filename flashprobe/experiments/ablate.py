@@ -30,7 +30,8 @@ Suite YAML schema (expansion: experiments.suite; cell config: experiments.cell_c
       baseline: fa2                 # keys and defaults: experiments.replay (baseline, safe,
       backend: auto                 # components, variants, sources, backend); false: no replay
     failure: {event: logit-runaway, logit_limit: 1000}   # optional: what the ranking counts as
-                                    # a failed run (experiments.failure; default: divergence)
+                                    # a failed run (experiments.failure; default: divergence;
+                                    # also layers, and horizon: the step outcomes are read at)
 
 Every unknown key or impossible value in any cell is rejected before anything runs or is
 written. A cell = variant × grid point × seed; its key hashes its normalised config (and its

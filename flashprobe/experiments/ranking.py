@@ -34,7 +34,7 @@ Evidence per variant v (reference r: the baseline for restore, the safe variant 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -204,7 +204,7 @@ class Outcome:
     variant: str
     seeds: int
     failed: int
-    unfinished: int  # cut off before finishing or failing: no outcome
+    unfinished: int  # no outcome: cut off before finishing or failing (or ended before the horizon)
     steps: tuple[int, ...]  # the failure step of each failed seed
 
     @property
@@ -213,17 +213,24 @@ class Outcome:
 
 
 def outcomes(
-    cells: Sequence[Any], failed_at: Mapping[Any, int | None] | None = None
+    cells: Sequence[Any],
+    failed_at: Mapping[Any, int | None] | None = None,
+    known: Collection[Any] | None = None,
 ) -> dict[str, Outcome]:
     """Per variant. `failed_at`: each cell's failure step by its path (experiments.failure);
-    None: the divergence step of its summary."""
+    None: the divergence step of its summary. `known`: the paths of the cells whose outcome is
+    known (experiments.failure.counted); None: the failed and the finished ones."""
     if failed_at is None:
         failed_at = {c.path: FailureRule().step(c.summary, ()) for c in cells}
+    if known is None:
+        known = {
+            c.path for c in cells if c.summary is not None or failed_at.get(c.path) is not None
+        }
     out = {}
     for variant in dict.fromkeys(c.variant for c in cells):
         mine = [c for c in cells if c.variant == variant]
         steps = tuple(s for c in mine if (s := failed_at.get(c.path)) is not None)
-        counted = [c for c in mine if c.summary is not None or failed_at.get(c.path) is not None]
+        counted = [c for c in mine if c.path in known]
         out[variant] = Outcome(variant, len(counted), len(steps), len(mine) - len(counted), steps)
     return out
 
@@ -234,12 +241,13 @@ def rank(
     mechanism: Mapping[str, Mapping[str, Any]] | None = None,
     failed_at: Mapping[Any, int | None] | None = None,
     rule: FailureRule | None = None,
+    known: Collection[Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """The ranked table: one row per variant (the references first, unranked). `failed_at`
-    and `rule` as computed by experiments.failure (default: divergence)."""
+    """The ranked table: one row per variant (the references first, unranked). `failed_at`,
+    `rule` and `known` as computed by experiments.failure (default: divergence)."""
     mechanism = mechanism or {}
     rule = rule or FailureRule()
-    result = outcomes(cells, failed_at)
+    result = outcomes(cells, failed_at, known)
     base_cfg = config_of(cells, roles.baseline)
     safe_cfg = config_of(cells, roles.safe) if roles.safe else None
     b_bias = _bias(mechanism, roles.baseline)

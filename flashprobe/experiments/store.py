@@ -79,6 +79,7 @@ from flashprobe.reporting.atomic import write_text_atomic
 SUMMARY = "summary.json"
 RUN_DIR = "run"
 SUITE_FILE = "suite.json"  # per suite: the suite as `flashprobe ablate` last ran it
+ENVIRONMENT_FILE = "environment.json"  # per cell, written once when it starts
 
 
 @dataclass(frozen=True)
@@ -146,8 +147,8 @@ class ResultStore:
         }
         write_json(path / "cell.json", meta)
         write_json(path / "config.json", cell.config)
-        if not (path / "environment.json").is_file():
-            write_json(path / "environment.json", environment)
+        if not (path / ENVIRONMENT_FILE).is_file():
+            write_json(path / ENVIRONMENT_FILE, environment)
         return path
 
     def reset(self, path: Path) -> None:

@@ -5,6 +5,7 @@ here, so a layout change is one edit. Reading never executes code: JSON and safe
 
 Files this module reads, per cell STORE/<suite>/<variant>--<key>/:
     cell.json, config.json, summary.json         (through ResultStore)
+    environment.json                             its time only: when the cell started
     run/metrics.jsonl                            per-step records (a torn last line is dropped)
     run/captures/step_<t>.safetensors, manifest.json
     replay.json                                  written by experiments.replay
@@ -25,6 +26,7 @@ import torch
 
 from flashprobe.errors import FlashprobeError
 from flashprobe.experiments.store import (
+    ENVIRONMENT_FILE,
     SUITE_FILE,
     CellRecord,
     ResultStore,
@@ -80,6 +82,16 @@ class CellView(CellRecord):
     @property
     def replay_path(self) -> Path:
         return self.path / REPLAY_FILE
+
+    @property
+    def started(self) -> float:
+        """When the cell started (environment.json, written once; else cell.json), as a
+        file time: orders the runs of one store."""
+        for name in (ENVIRONMENT_FILE, "cell.json"):
+            path = self.path / name
+            if path.is_file():
+                return path.stat().st_mtime
+        return 0.0
 
 
 def read_cells(root: str | Path, suite: str | None = None) -> list[CellView]:

@@ -8,9 +8,10 @@ as it goes, and `missing` says what is not there yet.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,11 @@ from tabulate import tabulate
 from flashprobe.errors import FlashprobeError
 from flashprobe.experiments import store_reader as sr
 from flashprobe.experiments.bias import T_SIGNIFICANT
-from flashprobe.experiments.failure import FailureRule, failure_steps
+from flashprobe.experiments.failure import FailureRule, counted, failure_steps
 from flashprobe.experiments.pooling import pooled_splits
 from flashprobe.experiments.ranking import METHOD, Roles, outcomes, rank, resolve_roles
 from flashprobe.experiments.replay_summary import hot_spots, summarise
+from flashprobe.experiments.selection import Superseded, one_run_per_seed, train_steps
 from flashprobe.reporting.render import render_csv, render_json
 
 FORMATS = ("table", "markdown", "csv", "json")
@@ -69,12 +71,15 @@ def build_reports(
     safe: str | None = None,
     top: int = 8,
     failure: FailureRule | None = None,
+    horizon: int | None = None,
 ) -> list[SuiteReport]:
     """`failure`: what the ranking counts as a failed run (default: each suite's `failure:`
-    section, else divergence)."""
+    section, else divergence); `horizon`: count outcomes at this step (experiments.failure)."""
     cells = sr.read_cells(root, suite)
     return [
-        build_suite_report(name, members, baseline=baseline, safe=safe, top=top, failure=failure)
+        build_suite_report(
+            name, members, baseline=baseline, safe=safe, top=top, failure=failure, horizon=horizon
+        )
         for name, members in sr.suites_of(cells).items()
     ]
 
@@ -87,9 +92,14 @@ def build_suite_report(
     safe: str | None = None,
     top: int = 8,
     failure: FailureRule | None = None,
+    horizon: int | None = None,
 ) -> SuiteReport:
     stored = sr.read_suite_replay(sr.suite_dir(cells[0])) or {}
     rule = failure or FailureRule.from_suite(sr.suite_failure(sr.suite_dir(cells[0])))
+    if horizon is not None:
+        rule = dataclasses.replace(rule, horizon=horizon)
+    every_run = cells
+    cells, superseded = one_run_per_seed(every_run)
     saved = stored.get("roles") or {}
     # Roles: the command line, then the suite as ablate ran it (suite.json), then the replay's.
     declared = sr.suite_roles(sr.suite_dir(cells[0])) or {}
@@ -104,15 +114,17 @@ def build_suite_report(
     docs = [d for d in (sr.read_replay(c) for c in cells) if d is not None]
     mechanism = summarise(docs)
     missing = _missing(cells, docs, name)
-    failed_at = failure_steps(cells, rule)
-    ranking = rank(cells, roles, mechanism, failed_at, rule)
-    pooled = pooled_splits(cells, outcomes(cells, failed_at))
+    failed_at = failure_steps(cells, rule, sources=every_run)
+    known = counted(cells, failed_at, rule)
+    ranking = rank(cells, roles, mechanism, failed_at, rule, known)
+    pooled = pooled_splits(cells, outcomes(cells, failed_at, known))
     metrics = [{"variant": v, **m} for v, m in mechanism.items()]
     spots = [h for h in hot_spots(docs) if h["variant"] == roles.baseline]
     spots.sort(key=lambda h: -abs(h["delta_cumsum"]))
     notes = [*roles.notes, *(n for d in docs for n in d.get("notes", []))]
-    if rule.event != "divergence":
+    if rule.event != "divergence" or rule.horizon is not None:
         notes.insert(0, f"failed (ranking): {rule.describe()}")
+    notes += _run_notes(cells, superseded, known, rule)
     replayed_on = saved.get("baseline")
     if docs and replayed_on and replayed_on != roles.baseline:
         notes.append(
@@ -164,6 +176,7 @@ _METRIC_COLS = ["variant", "o_bias", "delta_bias", "delta_t_max", "dq_rel", "dk_
                 "wq_coherence",
                 "wq_direction_similarity", "wq_rank1_share", "delta_coherence", "growth_exponent",
                 "tie_events_per_row", "p_bar_ones_per_row"]  # fmt: skip
+SUPERSEDED_SHOWN = 5  # superseded runs named in the notes
 POOLED_SHOWN = 8  # rows of the pooled screen in text and markdown (all in CSV and JSON)
 _POOLED_COLS = ["switch", "value", "same_split", "variants", "failed", "rest", "fisher_p",
                 "adjusted_p"]  # fmt: skip
@@ -337,6 +350,47 @@ def _missing(
         for variant in dict.fromkeys(c.variant for c in cells):
             if variant not in replayed:
                 out.append(f"variant {variant}: not replayed (no mechanism metrics)")
+    return out
+
+
+def _run_notes(
+    cells: Sequence[sr.CellView],
+    superseded: Sequence[Superseded],
+    known: Collection[Path],
+    rule: FailureRule,
+) -> list[str]:
+    """What the counts leave out: superseded runs, differing horizons, runs short of the
+    horizon."""
+    out = []
+    if superseded:
+        shown = "; ".join(s.describe() for s in superseded[:SUPERSEDED_SHOWN])
+        more = (
+            f"; and {len(superseded) - SUPERSEDED_SHOWN} more"
+            if len(superseded) > SUPERSEDED_SHOWN
+            else ""
+        )
+        out.append(
+            f"{len(superseded)} superseded run(s) not counted (each variant, grid point and seed "
+            f"counts once: its longest, then latest run): {shown}{more}"
+        )
+    horizons: dict[int, list[str]] = {}
+    for variant in dict.fromkeys(c.variant for c in cells):
+        for steps in sorted({train_steps(c) for c in cells if c.variant == variant}):
+            horizons.setdefault(steps, []).append(variant)
+    if rule.horizon is None and len(horizons) > 1:
+        listed = "; ".join(f"{s} steps: {', '.join(v)}" for s, v in sorted(horizons.items()))
+        out.append(
+            f"runs of different lengths ({listed}): a longer run has more time to fail; "
+            f"--horizon N counts every run at step N"
+        )
+    if rule.horizon is not None:
+        short = [c.name for c in cells if c.path not in known and c.finished]
+        if short:
+            names = ", ".join(short[:5]) + (" ..." if len(short) > 5 else "")
+            out.append(
+                f"{len(short)} finished run(s) ended before step {rule.horizon} without failing "
+                f"and have no outcome there: {names}"
+            )
     return out
 
 

@@ -43,6 +43,8 @@ def test_bad_options(run_cli, tmp_path) -> None:
         result = run_cli("report", str(root), *bad)
         assert result.code == 2 and len(result.err.strip().splitlines()) == 1
         assert "failure." in result.err
+    result = run_cli("report", str(root), "--horizon", "0")
+    assert result.code == 2 and "--horizon must be a step count >= 1" in result.err
 
 
 def test_replay_then_report(run_cli, tmp_path) -> None:
@@ -167,3 +169,7 @@ def test_report_with_a_logit_runaway_rule(run_cli, tmp_path) -> None:
     assert "failed (ranking): the max attention logit of layer 1 went above 100" in result.out
     plain = run_cli("report", str(root))
     assert plain.code == 0 and "failed (ranking)" not in plain.out
+    at_20 = run_cli("report", str(root), *args, "--horizon", "20")  # before the runaway at 30
+    assert at_20.code == 0, at_20.err
+    assert "went above 100 (or was not finite), or the run diverged first by step 20" in at_20.out
+    assert "1/1" not in at_20.out and "0/1" in at_20.out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from flashprobe.errors import FlashprobeError
 from flashprobe.experiments import store_reader as sr
 from flashprobe.experiments.cell_config import normalise_cell_config
-from flashprobe.experiments.failure import FailureRule, failure_steps
+from flashprobe.experiments.failure import FailureRule, counted, failure_steps, steps_trained
 from flashprobe.experiments.ranking import outcomes
 from flashprobe.experiments.store import ResultStore
 from flashprobe.experiments.suite import cell_key, expand_suite
@@ -135,3 +136,49 @@ def test_outcomes_count_failed_unfinished_cells_but_not_open_ones(tmp_path: Path
     cut_after_failing = {c.path: (25 if c.variant == "acc-fp32" else None) for c in cells}
     counted = outcomes(cells, cut_after_failing)["acc-fp32"]
     assert (counted.seeds, counted.failed, counted.unfinished) == (1, 1, 0)
+
+
+def test_a_horizon_drops_later_failures_and_counts_runs_that_reached_it(tmp_path: Path) -> None:
+    records = [stats(10, l0=[5.0]), stats(30, l0=[500.0])]
+    assert dataclasses.replace(RUNAWAY, horizon=30).step(None, records) == 30
+    assert dataclasses.replace(RUNAWAY, horizon=29).step(None, records) is None
+    diverged = {"diverged": True, "diverged_step": 25}
+    assert dataclasses.replace(FailureRule(), horizon=24).step(diverged, ()) is None
+    assert "by step 24" in dataclasses.replace(FailureRule(), horizon=24).describe()
+
+    # paper-code runs away at 30; fa2 (branched) at 30; acc-fp32 is cut off after step 20
+    cells = sr.read_cells(make_store(tmp_path, 30))
+    for horizon, expected in [
+        (20, {"paper-code": (1, 0), "fa2": (1, 0), "acc-fp32": (1, 0)}),  # all reached 20
+        (21, {"paper-code": (1, 0), "fa2": (1, 0), "acc-fp32": (1, 0)}),  # 21 steps trained
+        (30, {"paper-code": (1, 1), "fa2": (1, 1), "acc-fp32": (0, 0)}),
+        (41, {"paper-code": (1, 1), "fa2": (1, 1), "acc-fp32": (0, 0)}),  # short, but failed
+    ]:
+        rule = dataclasses.replace(RUNAWAY, horizon=horizon)
+        failed_at = failure_steps(cells, rule)
+        result = outcomes(cells, failed_at, counted(cells, failed_at, rule))
+        assert {v: (o.seeds, o.failed) for v, o in result.items()} == expected, horizon
+
+
+def test_a_finished_run_short_of_the_horizon_has_no_outcome_there(tmp_path: Path) -> None:
+    cells = sr.read_cells(make_store(tmp_path, 30))
+    rule = dataclasses.replace(FailureRule(), horizon=41)  # divergence: nobody failed
+    failed_at = failure_steps(cells, rule)
+    assert counted(cells, failed_at, rule) == set()
+    assert counted(cells, failed_at, FailureRule()) == {c.path for c in cells if c.finished}
+    assert [steps_trained(c) for c in cells if not c.finished] == [21]  # last logged step 20
+    assert {steps_trained(c) for c in cells if c.finished} == {40}  # the summary's steps_done
+
+
+@pytest.mark.parametrize("horizon", [0, -5, True, 2.5, "10"])
+def test_bad_horizons_are_one_line_errors(horizon: Any) -> None:
+    with pytest.raises(FlashprobeError, match=r"failure\.horizon must be a step count"):
+        FailureRule.from_suite({"horizon": horizon})
+
+
+def test_a_branched_cells_source_may_come_from_outside_the_counted_cells(tmp_path: Path) -> None:
+    """The report counts one run per seed; a counted branched cell's source may be superseded."""
+    cells = sr.read_cells(make_store(tmp_path, 10))
+    fa2 = [c for c in cells if c.variant == "fa2"]
+    assert by_variant(fa2, RUNAWAY) == {"fa2": 30}  # its own records only
+    assert failure_steps(fa2, RUNAWAY, sources=cells) == {fa2[0].path: 10}

@@ -83,3 +83,37 @@ def test_ranking_counts_the_suites_failure_rule(tmp_path: Path) -> None:
     # the command line's rule wins over the suite's
     (again,) = build_reports(root, failure=failure_fixtures.FailureRule())
     assert {r["variant"]: r["failed"] for r in again.ranking}["paper-code"] == 0
+
+
+_selection_spec = importlib.util.spec_from_file_location(
+    "selection_fixtures", Path(__file__).parents[1] / "experiments" / "test_selection.py"
+)
+selection_fixtures = importlib.util.module_from_spec(_selection_spec)  # type: ignore[arg-type]
+_selection_spec.loader.exec_module(selection_fixtures)  # type: ignore[union-attr]
+
+
+def test_a_rerun_to_a_longer_horizon_counts_each_seed_once(tmp_path: Path) -> None:
+    """The suite at 40 steps, then l-fp32 again to 60 steps, where it runs away at step 50."""
+    selection_fixtures.add_runs(tmp_path, started=1.0)
+    selection_fixtures.add_runs(
+        tmp_path, started=2.0, runaway={"l-fp32": 50}, only="l-fp32", base={"train": {"steps": 60}}
+    )
+    suite = {**selection_fixtures.SUITE, "failure": {"event": "logit-runaway", "logit_limit": 100}}
+    (tmp_path / "horizon" / "suite.json").write_text(json.dumps(suite))
+
+    def counts(report) -> dict[str, tuple[int, int]]:
+        return {r["variant"]: (r["failed"], r["seeds"]) for r in report.ranking}
+
+    (report,) = build_reports(tmp_path)
+    assert counts(report) == {"paper-code": (0, 2), "l-fp32": (2, 2)}  # not 2 of 4
+    assert {r["variant"]: r["steps_done"] for r in report.summary}["l-fp32"] == "60,60"
+    notes = " ".join(report.notes)
+    assert "2 superseded run(s) not counted" in notes and "train.steps=40" in notes
+    assert "40 steps: paper-code; 60 steps: l-fp32" in notes and "--horizon N" in notes
+
+    (at_40,) = build_reports(tmp_path, horizon=40)  # the runaway at 50 is past it
+    assert counts(at_40) == {"paper-code": (0, 2), "l-fp32": (0, 2)}
+    assert "by step 40" in at_40.notes[0] and "different lengths" not in " ".join(at_40.notes)
+    (at_60,) = build_reports(tmp_path, horizon=60)  # paper-code's runs never got there
+    assert counts(at_60) == {"paper-code": (0, 0), "l-fp32": (2, 2)}
+    assert "2 finished run(s) ended before step 60" in " ".join(at_60.notes)
