@@ -64,6 +64,7 @@ from flashprobe.experiments import mechanism as mech
 from flashprobe.experiments import store_reader as sr
 from flashprobe.experiments.ranking import Roles, resolve_roles
 from flashprobe.experiments.replay_summary import summarise
+from flashprobe.experiments.selection import one_run_per_seed
 from flashprobe.reference.golden import golden_backward, golden_forward
 from flashprobe.reference.heads import expand_kv, group_size
 from flashprobe.spec import KernelSpec
@@ -169,8 +170,11 @@ def replay_cells(
     plant known errors through it)."""
     say = progress or (lambda _msg: None)
     suite = cells[0].suite
+    cells, superseded = one_run_per_seed(cells)  # as report counts them
     roles = resolve_roles(cells, settings.baseline, settings.safe, settings.components)
     notes = list(roles.notes)
+    if superseded:
+        notes.append(f"{len(superseded)} superseded run(s) not replayed (see `flashprobe report`)")
     backend = choose_backend(settings.backend)
     known = sorted({c.variant for c in cells})
     wanted = list(settings.variants) if settings.variants is not None else known

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -139,6 +141,20 @@ def test_unchanged_replay_is_cached_and_x_gives_weight_gradients(tmp_path) -> No
     series = doc["series"][0]
     assert series["steps"] == [1, 2, 3]
     assert 0 < series["wq_coherence"] <= 1 and not math.isnan(series["wq_direction_similarity"])
+
+
+def test_a_superseded_baseline_run_is_not_replayed(tmp_path) -> None:
+    """A second run of a baseline seed (here a copy, started later) replaces the first."""
+    root = make_store(tmp_path)
+    first = next(c for c in sr.read_cells(root, "planted") if c.variant == "baseline")
+    rerun = first.path.with_name(first.path.name + "-rerun")
+    shutil.copytree(first.path, rerun)
+    os.utime(rerun / "environment.json", (first.started + 10, first.started + 10))
+    settings = ReplaySettings(baseline="baseline", variants=("baseline",))
+    outcome = replay_cells(sr.read_cells(root, "planted"), settings, kernel=planted_kernel)
+    replayed = [c["cell"] for c in outcome.cells]
+    assert rerun.name in replayed and first.path.name not in replayed and len(replayed) == 2
+    assert "1 superseded run(s) not replayed" in " ".join(outcome.notes)
 
 
 def test_replay_settings_are_checked() -> None:
