@@ -107,7 +107,8 @@ def test_gpt2_suite_needs_its_data_and_a_gpu(tmp_path, run_cli) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["quick", "quick-adamw", "quick-muon", "quick-l-add", "quick-gqa", "gpu-smoke"]
+    "name",
+    ["quick", "quick-adamw", "quick-muon", "quick-l-add", "quick-gqa", "quick-route", "gpu-smoke"],
 )
 def test_one_gpu_suites_plan_on_cpu(tmp_path, run_cli, name: str) -> None:
     """The shipped CUDA suites are valid (sections, failure rule, replay roles) and refuse a CPU
