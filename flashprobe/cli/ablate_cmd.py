@@ -296,6 +296,8 @@ def _plan_row(planned: Any) -> dict[str, Any]:
     action = planned.action
     if action == "resume" and planned.checkpoint_step is not None:
         action = f"resume from step {planned.checkpoint_step}"
+    elif action == "extend" and planned.extends is not None:
+        action = f"extend {planned.extends.path.name} from step {planned.checkpoint_step}"
     return {
         "variant": cell.variant,
         "point": _point(planned),

@@ -52,7 +52,7 @@ class ProgressDisplay(SuiteEvents):
             self.progress.reset(
                 self.cell_task,
                 total=planned.steps,
-                completed=planned.start_step,
+                completed=planned.first_step,
                 description=f"[{planned.index + 1}/{len(self.plan)}] {planned.cell.name}",
                 loss="-",
                 tps="-",
@@ -98,7 +98,7 @@ class ProgressDisplay(SuiteEvents):
         left = self.current.steps - done
         for later in self.plan[self.current.index + 1 :]:
             if later.action != "skip":
-                left += later.steps - later.start_step
+                left += later.steps - later.first_step
         return left
 
 

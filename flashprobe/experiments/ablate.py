@@ -49,6 +49,9 @@ The runner runs each source before the cells that branch from it.
 Interrupted cells (run/ holds metrics, no summary): --resume continues each from its latest
 checkpoint (from scratch, or from the branch source, when it saved none); --restart deletes its
 training output and starts it over; with neither the suite is refused before anything runs.
+A new cell that is a finished cell run to a longer horizon (the same config but train.steps,
+same code) continues a copy of that run from its final checkpoint (action "extend";
+experiments.extension says when that equals a run from scratch).
 Under torchrun every rank runs the same plan; only rank 0 writes the store.
 
 Shards (`--shard K/N`, and `--jobs N`, which starts N processes with shards 0/N..N-1/N on one
@@ -87,6 +90,7 @@ from flashprobe.experiments.cell_config import (
     normalise_cell_config,
     resolve_cell_config,
 )
+from flashprobe.experiments.extension import Extension, ExtensionIndex, copy_run
 from flashprobe.experiments.failure import FailureRule
 from flashprobe.experiments.store import (
     RUN_DIR,
@@ -107,7 +111,7 @@ from flashprobe.experiments.suite import (
 from flashprobe.train.checkpoint import checkpoint_name, latest_checkpoint
 from flashprobe.train.config import LoopConfig
 
-Action = Literal["run", "skip", "resume", "restart"]
+Action = Literal["run", "skip", "resume", "restart", "extend"]
 Status = Literal["done", "cached", "failed", "not_run"]
 
 
@@ -122,7 +126,8 @@ class PlannedCell:
     path: Path
     action: Action
     source: int | None = None  # run-order index of the branch source
-    checkpoint_step: int | None = None  # an interrupted cell's latest checkpoint
+    checkpoint_step: int | None = None  # an interrupted or extended run's latest checkpoint
+    extends: Extension | None = None  # the finished shorter run this cell continues
 
     @property
     def run_dir(self) -> Path:
@@ -130,7 +135,15 @@ class PlannedCell:
 
     @property
     def start_step(self) -> int:
+        """The step the run itself starts at: its branch step, or 0."""
         return self.cell.branch_step or 0
+
+    @property
+    def first_step(self) -> int:
+        """The step this invocation trains from (a resumed or extended run's checkpoint)."""
+        if self.action in ("resume", "extend") and self.checkpoint_step is not None:
+            return self.checkpoint_step
+        return self.start_step
 
     @property
     def steps(self) -> int:
@@ -371,16 +384,19 @@ def plan_suite(
     plan: list[PlannedCell] = []
     index_of: dict[tuple[str, Any], int] = {}
     interrupted: list[PlannedCell] = []
+    shorter_runs = ExtensionIndex(store, suite.name, version)
     for index, cell in enumerate(run_order(suite.cells)):
         path = store.cell_dir(cell, version)
         action: Action = "run"
-        checkpoint_step = None
+        checkpoint_step, extends = None, None
         if store.is_finished(cell, version):
             action = "skip"
         elif store.is_interrupted(cell, version):
             found = latest_checkpoint(path / RUN_DIR)
             checkpoint_step = int(found.name.split("_")[-1]) if found else None
             action = "resume" if resume else "restart"
+        elif (extends := shorter_runs.find(cell)) is not None:
+            action, checkpoint_step = "extend", extends.checkpoint_step
         planned = PlannedCell(
             index=index,
             cell=cell,
@@ -390,6 +406,7 @@ def plan_suite(
             action=action,
             source=index_of.get((cell.branch_from, cell.group)) if cell.branch_from else None,
             checkpoint_step=checkpoint_step,
+            extends=extends,
         )
         if action in ("resume", "restart") and not (resume or restart):
             interrupted.append(planned)
@@ -487,16 +504,26 @@ def _run_cell(
             if not (start_from / "state.json").is_file():
                 return CellOutcome(planned, "not_run", message=_unreachable(source, cell))
     events.cell_started(planned)
-    resume = planned.action == "resume" and latest_checkpoint(planned.run_dir) is not None
+    extends = planned.extends
     if dist.is_main:
         extra = {
             "source_key": source.planned.key if source else None,
             "source_cell": source.planned.path.name if source else None,
             "source_checkpoint": _relative(start_from, store.root),
+            "extended_from": extends.key if extends else None,
         }
         store.open_cell(cell, version, env, extra)
-        if planned.action == "restart" or (planned.action == "resume" and not resume):
-            store.reset(planned.path)
+        if extends is not None:
+            store.reset(planned.path)  # a run/ left by a failed copy
+            copy_run(extends.path / RUN_DIR, planned.run_dir)
+    dist.barrier()
+    resume = (
+        planned.action in ("resume", "extend") and latest_checkpoint(planned.run_dir) is not None
+    )
+    if dist.is_main and (
+        planned.action == "restart" or (planned.action == "resume" and not resume)
+    ):
+        store.reset(planned.path)
     dist.barrier()
     writer = (
         CaptureWriter(
@@ -540,6 +567,7 @@ def _run_cell(
         "branch_step": cell.branch_step,
         "source_key": source.planned.key if source else None,
         "resumed_from_step": planned.checkpoint_step if resume else None,
+        "extended_from": extends.key if extends else None,
         "environment": dict(env),
         "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
