@@ -109,6 +109,7 @@ from flashprobe.experiments.suite import (
     set_dotted,
 )
 from flashprobe.train.checkpoint import checkpoint_name, latest_checkpoint
+from flashprobe.train.checkpoint import checkpoint_step as step_of
 from flashprobe.train.config import LoopConfig
 
 Action = Literal["run", "skip", "resume", "restart", "extend"]
@@ -393,7 +394,7 @@ def plan_suite(
             action = "skip"
         elif store.is_interrupted(cell, version):
             found = latest_checkpoint(path / RUN_DIR)
-            checkpoint_step = int(found.name.split("_")[-1]) if found else None
+            checkpoint_step = step_of(found) if found else None
             action = "resume" if resume else "restart"
         elif (extends := shorter_runs.find(cell)) is not None:
             action, checkpoint_step = "extend", extends.checkpoint_step
@@ -504,7 +505,10 @@ def _run_cell(
             if not (start_from / "state.json").is_file():
                 return CellOutcome(planned, "not_run", message=_unreachable(source, cell))
     events.cell_started(planned)
-    extends = planned.extends
+    extends = planned.extends  # planned only when its checkpoint exists: always a resume
+    resume = extends is not None or (
+        planned.action == "resume" and latest_checkpoint(planned.run_dir) is not None
+    )
     if dist.is_main:
         extra = {
             "source_key": source.planned.key if source else None,
@@ -513,17 +517,10 @@ def _run_cell(
             "extended_from": extends.key if extends else None,
         }
         store.open_cell(cell, version, env, extra)
+        if planned.action in ("restart", "extend") or (planned.action == "resume" and not resume):
+            store.reset(planned.path)  # extend: a run/ left by a copy that was cut off
         if extends is not None:
-            store.reset(planned.path)  # a run/ left by a failed copy
             copy_run(extends.path / RUN_DIR, planned.run_dir)
-    dist.barrier()
-    resume = (
-        planned.action in ("resume", "extend") and latest_checkpoint(planned.run_dir) is not None
-    )
-    if dist.is_main and (
-        planned.action == "restart" or (planned.action == "resume" and not resume)
-    ):
-        store.reset(planned.path)
     dist.barrier()
     writer = (
         CaptureWriter(

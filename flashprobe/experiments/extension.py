@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flashprobe.experiments.store import RUN_DIR, ResultStore
+from flashprobe.experiments.store import RUN_DIR, CellRecord, ResultStore
 from flashprobe.experiments.suite import Cell
-from flashprobe.train.checkpoint import CHECKPOINT_DIR, latest_checkpoint
+from flashprobe.train.checkpoint import CHECKPOINT_DIR, checkpoint_step, latest_checkpoint
 
 #: Files under these run/ subfolders are written once (temp file and rename): safe to share.
 SHARED_DIRS = (CHECKPOINT_DIR, "captures")
@@ -53,7 +53,7 @@ class ExtensionIndex:
 
     def __init__(self, store: ResultStore, suite: str, version: str) -> None:
         self.version = version
-        self.records = []
+        self.records: list[CellRecord] = []
         if (store.root / suite).is_dir():
             self.records = [r for r in store.records(suite) if r.summary is not None]
 
@@ -81,9 +81,7 @@ class ExtensionIndex:
             found = latest_checkpoint(record.path / RUN_DIR)
             if found is None or (best is not None and theirs <= best.steps):
                 continue
-            best = Extension(
-                record.path, str(meta.get("key")), theirs, int(found.name.split("_")[-1])
-            )
+            best = Extension(record.path, str(meta.get("key")), theirs, checkpoint_step(found))
         return best
 
 

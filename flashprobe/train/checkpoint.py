@@ -41,6 +41,11 @@ def checkpoint_name(step: int) -> str:
     return f"step_{step:07d}"
 
 
+def checkpoint_step(path: Path) -> int:
+    """The step of a checkpoint folder (the inverse of checkpoint_name)."""
+    return int(path.name.split("_")[-1])
+
+
 def save_checkpoint(
     run_dir: Path,
     step: int,
