@@ -8,7 +8,8 @@ divergence      the run's own divergence rule fired (train.divergence; summary.d
 logit-runaway   a sampled max attention logit (of `layers`, default every layer, any head) went
                 above `logit_limit` or was not finite, or the run diverged before that. Under
                 Muon the numerics decide when the logits run away long before the loss follows
-                (README, "Muon at lr 1.4e-2"), so this is the event a 10-minute run can see.
+                (docs/research-log.md, "Muon at lr 1.4e-2"), so this is the event a 10-minute
+                run can see.
 
 A run counts once it finished, or once it failed (a run cut off after its failure has a known
 outcome; one cut off before has none). With a `horizon` (report --horizon), the outcome is the
