@@ -50,8 +50,9 @@ Interrupted cells (run/ holds metrics, no summary): --resume continues each from
 checkpoint (from scratch, or from the branch source, when it saved none); --restart deletes its
 training output and starts it over; with neither the suite is refused before anything runs.
 A new cell that is a finished cell run to a longer horizon (the same config but train.steps,
-same code) continues a copy of that run from its final checkpoint (action "extend";
-experiments.extension says when that equals a run from scratch).
+same code; a branched cell's from the same branch point) continues a copy of that run from its
+final checkpoint (action "extend"; experiments.extension says when that equals a run from
+scratch).
 Under torchrun every rank runs the same plan; only rank 0 writes the store.
 
 Shards (`--shard K/N`, and `--jobs N`, which starts N processes with shards 0/N..N-1/N on one
@@ -500,7 +501,10 @@ def _run_cell(
     start_from, source = None, None
     if cell.branch_from is not None and planned.source is not None:
         source = outcomes[planned.source]
-        if cell.branch_step:
+        if planned.extends is not None:  # resumes from its own checkpoint; needs its source run
+            if source.status not in ("done", "cached"):
+                return CellOutcome(planned, "not_run", message=_unreachable(source, cell))
+        elif cell.branch_step:
             start_from = source.planned.run_dir / "checkpoints" / checkpoint_name(cell.branch_step)
             if not (start_from / "state.json").is_file():
                 return CellOutcome(planned, "not_run", message=_unreachable(source, cell))

@@ -10,7 +10,9 @@ optimizer and the divergence monitor (tests/experiments/test_extension.py compar
 for bit). A run is extended only where this holds:
 
 * the schedule does not depend on train.steps (constant, or cosine with decay_steps set);
-* the cell is not branched (its source would have to be extended first).
+* a branched cell's shorter run branched at the same step from a source run whose config is
+  the new source's but for train.steps (and whose schedule does not depend on it either), so
+  the checkpoint it started from is the one the new source writes at that step.
 
 (Capture steps are equal in the two configs, and every one lies before the shorter horizon,
 which validation checks, so both runs capture the same steps at the same byte share.)
@@ -56,10 +58,13 @@ class ExtensionIndex:
         self.records: list[CellRecord] = []
         if (store.root / suite).is_dir():
             self.records = [r for r in store.records(suite) if r.summary is not None]
+        self.by_key = {r.meta.get("key"): r for r in self.records}
 
     def find(self, cell: Cell) -> Extension | None:
         """The longest finished run this cell can continue (None: train from step 0)."""
-        if cell.branch_from is not None or not horizon_free(cell.config):
+        if not horizon_free(cell.config):
+            return None
+        if cell.branch_from is not None and not horizon_free(cell.source_config or {}):
             return None
         steps = _steps(cell.config)
         best = None
@@ -70,11 +75,14 @@ class ExtensionIndex:
                 or meta.get("seed") != cell.seed
                 or meta.get("point") != [list(p) for p in cell.point]
                 or meta.get("code_version") != self.version
-                or meta.get("branch_from") is not None
+                or meta.get("branch_from") != cell.branch_from
+                or meta.get("branch_step") != cell.branch_step
             ):
                 continue
             theirs = _steps(record.config)
             if not (theirs < steps and _same_but_steps(record.config, cell.config)):
+                continue
+            if cell.branch_from is not None and not self._same_source(record, cell):
                 continue
             if (record.summary or {}).get("steps_done") != theirs:
                 continue  # stopped early (divergence rule): a longer horizon changes nothing
@@ -83,6 +91,11 @@ class ExtensionIndex:
                 continue
             best = Extension(record.path, str(meta.get("key")), theirs, checkpoint_step(found))
         return best
+
+    def _same_source(self, record: CellRecord, cell: Cell) -> bool:
+        """The shorter branched run's source ran the new source's config but for train.steps."""
+        source = self.by_key.get(record.meta.get("source_key"))
+        return source is not None and _same_but_steps(source.config, cell.source_config or {})
 
 
 def copy_run(source: Path, target: Path) -> None:

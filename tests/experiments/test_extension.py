@@ -74,16 +74,22 @@ def test_an_extended_run_equals_the_run_from_scratch(tmp_path: Path, make_suite)
     "changes",
     [
         {"base": {"schedule": {"kind": "cosine", "decay_steps": None}}},  # lr depends on steps
-        {"branch": {"from": "fa2", "step": 0}},  # sfa would need its source extended first
+        # sfa's source, fa2, ran at another lr in the shorter run: another branch checkpoint
+        {
+            "branch": {"from": "fa2", "step": 4},
+            "base": {"train": {"checkpoint_every": 2}},
+            "variants": {"fa2": {"optimizer": {"lr": 1e-3}}},
+        },
     ],
 )
 def test_runs_that_a_longer_horizon_would_change_start_over(
     tmp_path: Path, make_suite, changes: dict[str, Any]
 ) -> None:
-    fixtures.run(horizon(make_suite, 6, **changes), tmp_path)
-    planned = actions(horizon(make_suite, 10, **changes), tmp_path)
-    assert planned["sfa"] == "run"
-    assert planned["fa2"] == ("extend" if "branch" in changes else "run")
+    first = copy.deepcopy(changes)
+    if "branch" in changes:
+        first["variants"]["fa2"]["optimizer"]["lr"] = 2e-3
+    fixtures.run(horizon(make_suite, 6, **first), tmp_path)
+    assert set(actions(horizon(make_suite, 10, **changes), tmp_path).values()) == {"run"}
 
 
 def test_only_the_same_config_and_code_at_a_shorter_horizon_is_extended(
@@ -100,6 +106,37 @@ def test_only_the_same_config_and_code_at_a_shorter_horizon_is_extended(
     )
     assert {p.action for p in other_code} == {"run"}
     assert set(actions(horizon(make_suite, 10), tmp_path).values()) == {"extend"}
+
+
+def test_a_branched_run_extends_beside_its_source_as_from_scratch(
+    tmp_path: Path, make_suite
+) -> None:
+    branched = {"branch": {"from": "fa2", "step": 4}, "base": {"train": {"checkpoint_every": 2}}}
+    fixtures.run(horizon(make_suite, 6, **branched), tmp_path / "a")
+    assert actions(horizon(make_suite, 10, **branched), tmp_path / "a") == {
+        "fa2": "extend",
+        "sfa": "extend",
+    }
+    extended = fixtures.run(horizon(make_suite, 10, **branched), tmp_path / "a")
+    scratch = fixtures.run(horizon(make_suite, 10, **branched), tmp_path / "b")
+    for mine, theirs in zip(extended, scratch, strict=True):
+        assert mine.status == "done" and mine.summary["extended_from"]
+        assert records(mine) == records(theirs)
+    sfa = json.loads((extended[1].planned.path / "cell.json").read_text())
+    assert sfa["source_key"] == extended[0].planned.key  # the extended source, not the old one
+
+
+def test_a_branch_of_a_source_whose_lr_depends_on_the_horizon_starts_over(
+    tmp_path: Path, make_suite
+) -> None:
+    cosine = {"schedule": {"kind": "cosine", "decay_steps": None}}
+    changes = {
+        "branch": {"from": "fa2", "step": 4},
+        "base": {"train": {"checkpoint_every": 2}},
+        "variants": {"fa2": cosine},  # sfa keeps the constant lr
+    }
+    fixtures.run(horizon(make_suite, 6, **changes), tmp_path)
+    assert actions(horizon(make_suite, 10, **changes), tmp_path) == {"fa2": "run", "sfa": "run"}
 
 
 def test_a_run_stopped_by_its_divergence_rule_is_not_extended(tmp_path: Path, make_suite) -> None:
