@@ -92,7 +92,10 @@ def ablate_command(
     """Train every cell (variant × axis point × seed) of an ablation suite.
 
     Each cell gets a folder STORE/<suite>/<variant>--<hash> keyed by its resolved config and the
-    code version: finished cells are skipped, interrupted ones need --resume or --restart. The
+    code version: finished cells are skipped, interrupted ones need --resume or --restart. A
+    cell run to a longer horizon (--set train.steps=N) continues the finished shorter run of
+    itself from its final checkpoint (action "extend") where that gives the numbers of a run
+    from scratch: a schedule that does not depend on train.steps, the same code and config. The
     whole suite is validated first: a bad key or value anywhere exits 2 with one line and writes
     nothing. Progress goes to stderr; the summary table to stdout. Exit 1 if a cell failed.
     Under torchrun every rank runs the suite and rank 0 writes the store.
