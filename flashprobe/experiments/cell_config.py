@@ -137,6 +137,12 @@ def resolve_cell_config(config: Mapping[str, Any]) -> CellSetup:
     return CellSetup(train_config, capture)
 
 
+def horizon(config: Mapping[str, Any]) -> int:
+    """The train.steps of a cell config (0 when missing): the horizon the cell runs to."""
+    steps = (config.get("train") or {}).get("steps")
+    return int(steps) if isinstance(steps, int) else 0
+
+
 def normalise_cell_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """The suite's validate callback: resolve, check the platform and data, normalise."""
     setup = resolve_cell_config(config)

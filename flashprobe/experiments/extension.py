@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flashprobe.experiments.cell_config import horizon
 from flashprobe.experiments.store import RUN_DIR, CellRecord, ResultStore
 from flashprobe.experiments.suite import Cell
 from flashprobe.train.checkpoint import CHECKPOINT_DIR, checkpoint_step, latest_checkpoint
@@ -66,7 +67,7 @@ class ExtensionIndex:
             return None
         if cell.branch_from is not None and not horizon_free(cell.source_config or {}):
             return None
-        steps = _steps(cell.config)
+        steps = horizon(cell.config)
         best = None
         for record in self.records:
             meta = record.meta
@@ -79,7 +80,7 @@ class ExtensionIndex:
                 or meta.get("branch_step") != cell.branch_step
             ):
                 continue
-            theirs = _steps(record.config)
+            theirs = horizon(record.config)
             if not (theirs < steps and _same_but_steps(record.config, cell.config)):
                 continue
             if cell.branch_from is not None and not self._same_source(record, cell):
@@ -119,10 +120,6 @@ def horizon_free(config: Mapping[str, Any]) -> bool:
     """True when the learning rate of every step is the same whatever train.steps is."""
     schedule = config.get("schedule") or {}
     return schedule.get("kind") == "constant" or schedule.get("decay_steps") is not None
-
-
-def _steps(config: Mapping[str, Any]) -> int:
-    return int((config.get("train") or {}).get("steps", 0))
 
 
 def _same_but_steps(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:

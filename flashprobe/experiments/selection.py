@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from flashprobe.experiments import store_reader as sr
+from flashprobe.experiments.cell_config import horizon
 from flashprobe.experiments.ranking import component_diff, component_label
 
 
@@ -48,13 +49,7 @@ def one_run_per_seed(
     kept: set[int] = set()
     superseded = []
     for members in groups.values():
-        best = max(members, key=lambda c: (train_steps(c), c.started))
+        best = max(members, key=lambda c: (horizon(c.config), c.started))
         kept.add(id(best))
         superseded += [Superseded(c, best) for c in members if c is not best]
     return [c for c in cells if id(c) in kept], superseded
-
-
-def train_steps(cell: sr.CellView) -> int:
-    """The horizon the cell was run to (its config's train.steps; 0 when missing)."""
-    steps = (cell.config.get("train") or {}).get("steps")
-    return int(steps) if isinstance(steps, int) else 0

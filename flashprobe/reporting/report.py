@@ -21,11 +21,12 @@ from tabulate import tabulate
 from flashprobe.errors import FlashprobeError
 from flashprobe.experiments import store_reader as sr
 from flashprobe.experiments.bias import T_SIGNIFICANT
+from flashprobe.experiments.cell_config import horizon
 from flashprobe.experiments.failure import FailureRule, counted, failure_steps
 from flashprobe.experiments.pooling import pooled_splits
 from flashprobe.experiments.ranking import METHOD, Roles, outcomes, rank, resolve_roles
 from flashprobe.experiments.replay_summary import hot_spots, summarise
-from flashprobe.experiments.selection import Superseded, one_run_per_seed, train_steps
+from flashprobe.experiments.selection import Superseded, one_run_per_seed
 from flashprobe.reporting.render import render_csv, render_json
 
 FORMATS = ("table", "markdown", "csv", "json")
@@ -375,7 +376,7 @@ def _run_notes(
         )
     horizons: dict[int, list[str]] = {}
     for variant in dict.fromkeys(c.variant for c in cells):
-        for steps in sorted({train_steps(c) for c in cells if c.variant == variant}):
+        for steps in sorted({horizon(c.config) for c in cells if c.variant == variant}):
             horizons.setdefault(steps, []).append(variant)
     if rule.horizon is None and len(horizons) > 1:
         listed = "; ".join(f"{s} steps: {', '.join(v)}" for s, v in sorted(horizons.items()))

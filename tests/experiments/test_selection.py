@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from flashprobe.experiments import store_reader as sr
-from flashprobe.experiments.cell_config import normalise_cell_config
-from flashprobe.experiments.selection import one_run_per_seed, train_steps
+from flashprobe.experiments.cell_config import horizon, normalise_cell_config
+from flashprobe.experiments.selection import one_run_per_seed
 from flashprobe.experiments.store import ResultStore
 from flashprobe.experiments.suite import cell_key, deep_merge, expand_suite
 
@@ -65,7 +65,7 @@ def test_a_longer_horizon_supersedes_a_shorter_one_whatever_ran_last(tmp_path: P
     add_runs(tmp_path, started=2.0)  # the 40-step suite, run after the 60-step one
     counted, superseded = one_run_per_seed(sr.read_cells(tmp_path))
     assert sorted(c.path for c in counted) == sorted(longer)
-    assert {train_steps(c) for c in counted} == {60}
+    assert {horizon(c.config) for c in counted} == {60}
     assert len(superseded) == 4
     assert {s.differs for s in superseded} == {"train.steps=40"}
     assert all(s.by.variant == s.cell.variant and s.by.seed == s.cell.seed for s in superseded)
