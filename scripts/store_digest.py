@@ -30,7 +30,7 @@ def main() -> None:
     cells = []
     for record in ResultStore(args.store).records():
         metrics = record.path / RUN_DIR / "metrics.jsonl"
-        curve, evals, attention, spectral = [], [], [], []
+        curve, evals, attention, spectral, qk, counts = [], [], [], [], [], []
         if metrics.is_file():
             for line in metrics.read_text().splitlines():
                 try:
@@ -72,7 +72,15 @@ def main() -> None:
                     }  # fmt: skip
                     attention.append([step, per_layer, ties, leaks, sums, lows])
                 if "spectral" in row:  # per layer: largest W_Q spectral norm over heads
-                    spectral.append([step, [max(h) for h in row["spectral"]["wq_heads"]]])
+                    spec = row["spectral"]
+                    spectral.append([step, [max(h) for h in spec["wq_heads"]]])
+                    # per layer: whole W_Q and W_K norms, and the largest W_K head
+                    qk.append([step, spec["wq"], spec["wk"], [max(h) for h in spec["wk_heads"]]])
+                if "attention" in row:  # per layer, summed over heads: ties and P̄ = 1 entries
+                    counts.append([step, {
+                        layer: [_total(stats.get("tie_events")), _total(stats.get("p_bar_ones"))]
+                        for layer, stats in row["attention"].items()
+                    }])  # fmt: skip
         cells.append(
             {
                 "meta": record.meta,
@@ -81,10 +89,17 @@ def main() -> None:
                 "val_loss": evals,
                 "max_logit": attention,
                 "wq_spectral": spectral,
+                "qk_spectral": qk,
+                "tie_counts": counts,
             }
         )
     args.out.write_text(json.dumps(cells))
     print(f"{len(cells)} cells → {args.out}")
+
+
+def _total(values: list | None) -> float | None:
+    """Sum over heads (None: the attention does not count it)."""
+    return None if values is None else sum(x for x in values if x is not None)
 
 
 if __name__ == "__main__":

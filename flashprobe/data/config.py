@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Literal
 
 from flashprobe.model.config import build_config, check_fields, require
 
-DataSource = Literal["stdlib", "bin"]
+DataSource = Literal["stdlib", "pysource", "bin"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,6 +17,11 @@ class DataConfig:
 
     stdlib: byte-level tokens (vocab 256) of this Python's standard-library `.py` sources, built
         in memory on first use (nothing downloaded); every `1/val_fraction`-th file is validation.
+        About 12 MB: CPU smoke runs.
+    pysource: byte-level tokens of every `.py` file under this interpreter's stdlib and
+        site-packages (a few hundred MB where PyTorch is installed), capped at `max_bytes`
+        (default 1e9), built once into `cache_dir` (default $FLASHPROBE_CACHE or
+        ~/.cache/flashprobe) with a manifest and the token stream's sha256: GPT-2-sized runs.
     bin: a nanoGPT-prepared folder `path` with uint16 `train.bin` and `val.bin` (e.g. OpenWebText
         with the GPT-2 tokenizer); the vocabulary comes from `vocab_size` or `meta.json`.
     """
@@ -25,8 +30,10 @@ class DataConfig:
     path: str | None = None
     vocab_size: int | None = None
     val_fraction: float = 0.05
-    #: stdlib only: stop reading files once this many bytes are collected (small test corpora).
+    #: stdlib / pysource: stop reading files once this many bytes are collected.
     max_bytes: int | None = None
+    #: pysource only: where the built corpus is kept (default: see `default_cache_dir`).
+    cache_dir: str | None = None
     #: Write every step's sample offsets to data_order.jsonl in the run folder.
     record_offsets: bool = True
 
@@ -48,6 +55,10 @@ class DataConfig:
             require(self.path is not None, "data.path is required for data.source 'bin'")
         else:
             require(self.path is None, "data.path is only used with data.source 'bin'")
+        if self.source != "pysource":
+            require(
+                self.cache_dir is None, "data.cache_dir is only used with data.source 'pysource'"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

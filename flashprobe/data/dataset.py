@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from flashprobe.data.config import DataConfig
+from flashprobe.data.python_corpus import python_corpus
 from flashprobe.data.stdlib_corpus import BYTE_VOCAB, stdlib_corpus
 from flashprobe.data.token_files import open_token_file, token_folder_vocab
 from flashprobe.errors import FlashprobeError
@@ -19,16 +20,25 @@ class TokenDataset:
     val: np.ndarray
     vocab_size: int
     description: str
-    digest: str | None = None  # content hash where cheap to compute (stdlib corpus)
+    digest: str | None = None  # content hash of the token stream (built-in corpora)
 
 
 def open_dataset(config: DataConfig) -> TokenDataset:
+    if config.source in ("stdlib", "pysource") and (config.vocab_size or BYTE_VOCAB) < BYTE_VOCAB:
+        raise FlashprobeError(
+            f"data.vocab_size must be >= {BYTE_VOCAB} for byte tokens, got {config.vocab_size}"
+        )
+    if config.source == "pysource":
+        built = python_corpus(config.val_fraction, config.max_bytes, config.cache_dir)
+        return TokenDataset(
+            open_token_file(built.folder / "train.bin"),
+            open_token_file(built.folder / "val.bin"),
+            config.vocab_size or BYTE_VOCAB,
+            built.description,
+            built.digest,
+        )
     if config.source == "stdlib":
         corpus = stdlib_corpus(config.val_fraction, config.max_bytes)
-        if config.vocab_size is not None and config.vocab_size < BYTE_VOCAB:
-            raise FlashprobeError(
-                f"data.vocab_size must be >= {BYTE_VOCAB} for byte tokens, got {config.vocab_size}"
-            )
         return TokenDataset(
             corpus.train,
             corpus.val,

@@ -108,7 +108,17 @@ def test_gpt2_suite_needs_its_data_and_a_gpu(tmp_path, run_cli) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["quick", "quick-adamw", "quick-muon", "quick-l-add", "quick-gqa", "quick-route", "gpu-smoke"],
+    [
+        "quick",
+        "adamw-attribution",
+        "adamw-6l-search",
+        "muon-search",
+        "muon-runaway",
+        "muon-runaway-l-add",
+        "muon-runaway-gqa",
+        "muon-runaway-route",
+        "gpu-smoke",
+    ],
 )
 def test_one_gpu_suites_plan_on_cpu(tmp_path, run_cli, name: str) -> None:
     """The shipped CUDA suites are valid (sections, failure rule, replay roles) and refuse a CPU
