@@ -38,7 +38,7 @@ def main() -> None:
                 except json.JSONDecodeError:
                     continue  # a torn last line of an interrupted run
                 step = row.get("step", 0)
-                if "loss" in row and step % args.every == 0:
+                if "loss" in row and (step % args.every == 0 or (step + 1) % args.every == 0):
                     curve.append([step, row["loss"], row.get("grad_norm")])
                 if "val_loss" in row:
                     evals.append([step, row["val_loss"]])
