@@ -70,6 +70,12 @@ FIELD_DOCS: dict[str, str] = {
     "code reduces bf16 tensors).",
     "ds_precision": "dS = P∘(dP − δ) rounded to bf16 before the dQ and dK products (FA2, "
     "tutorial) or kept in fp32.",
+    "row_sum_floor": "Clamp each key tile's row sum (its share of ℓ) from below at this value, "
+    "rounded to bf16, before it enters the running ℓ (null: no clamp). The paper's released "
+    "kernel clamps at 1e-10 (`.clamp(min=EPSILON)`): where the stabilized shift β·r drives a "
+    "tile's sum below it, O = P̄V/ℓ shrinks instead of becoming 0/0 = NaN, and lse (so the "
+    "backward's P) carries the clamped ℓ. Set in paper-sfa; the release clamps without STABLE "
+    "too, where ℓ >= 1 makes it inert, so paper-code leaves it off.",
 }
 
 
@@ -90,6 +96,7 @@ class KernelSpec:
     delta_source: DeltaSource = "o_lowp"
     delta_precision: Precision = "fp32"
     ds_precision: Precision = "bf16"
+    row_sum_floor: float | None = None
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -117,7 +124,14 @@ class KernelSpec:
         return make_spec(self, overrides)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields as a dict; a field added later is left out while it is off (None), so
+        the JSON, `key()` and stored configs of every spec that does not use it stay as they
+        were (a spec rebuilt from such a dict gets the same default back)."""
+        out = dataclasses.asdict(self)
+        for name in OMITTED_WHEN_OFF:
+            if out[name] is None:
+                del out[name]
+        return out
 
     def key(self) -> str:
         """Stable short hash of the numerics-relevant fields (for caches and result stores)."""
@@ -144,6 +158,8 @@ class KernelSpec:
 
 
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(KernelSpec))
+#: Fields that `to_dict` (hence `json` and `key()`) leaves out while they are None.
+OMITTED_WHEN_OFF: tuple[str, ...] = ("row_sum_floor",)
 
 
 # -- construction ---------------------------------------------------------------------------
@@ -230,6 +246,12 @@ def _parse_field(name: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise FlashprobeError(f"{name} must be a number, got {value!r}")
         return float(value)
+    if name == "row_sum_floor":
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null", "off")):
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise FlashprobeError(f"{name} must be a number or null, got {value!r}")
+        return float(value)
     if name == "l_from_rounded_p":
         if not isinstance(value, bool):
             raise FlashprobeError(f"{name} must be true or false, got {value!r}")
@@ -283,6 +305,12 @@ def _validate(spec: KernelSpec) -> None:
         raise FlashprobeError(f"tie_tolerance must be a number, got {tol!r}")
     if not (math.isfinite(tol) and tol >= 0.0):
         raise FlashprobeError(f"tie_tolerance must be a finite number >= 0, got {tol}")
+    floor = spec.row_sum_floor
+    if floor is not None:
+        if isinstance(floor, bool) or not isinstance(floor, int | float):
+            raise FlashprobeError(f"row_sum_floor must be a number or null, got {floor!r}")
+        if not (math.isfinite(floor) and floor > 0.0):
+            raise FlashprobeError(f"row_sum_floor must be a finite number > 0 or null, got {floor}")
     if not isinstance(spec.l_from_rounded_p, bool):
         raise FlashprobeError(
             f"l_from_rounded_p must be true or false, got {spec.l_from_rounded_p!r}"
@@ -332,8 +360,11 @@ _register(
 )
 # The paper's stabilized flash attention (Alg. 3, β = 2 as in v4) on the fa2 kernel.
 _register("sfa", KernelSpec(softmax="stabilized", beta=2.0))
-# The paper's own code with STABLE=1.
-_register("paper-sfa", dataclasses.replace(PRESETS["paper-code"], softmax="stabilized"))
+# The paper's own code with STABLE=1, including its clamp of each tile's row sum at 1e-10.
+_register(
+    "paper-sfa",
+    dataclasses.replace(PRESETS["paper-code"], softmax="stabilized", row_sum_floor=1e-10),
+)
 # High precision everywhere a kernel can choose.
 _register(
     "fp32",
@@ -350,6 +381,7 @@ PRESET_DOCS: dict[str, str] = {
     "paper-code": "The paper's released PyTorch kernel: bf16 scores and accumulators, 512×512 "
     "tiles, bf16 δ.",
     "sfa": "The paper's stabilized flash attention (β = 2) on the fa2 kernel.",
-    "paper-sfa": "The paper's released kernel with STABLE=1 (β = 2).",
+    "paper-sfa": "The paper's released kernel with STABLE=1 (β = 2), tile row sums clamped at "
+    "1e-10 as released.",
     "fp32": "High precision everywhere: fp32 P̄, dS, δ from an fp32 O.",
 }

@@ -8,8 +8,10 @@ imports them (on a machine with CUDA it is left alone, and `pytest -m gpu` runs 
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -46,3 +48,84 @@ def random_qkv(
 def make_qkv() -> Callable[..., QKV]:
     """`make_qkv(b, h, m, n, d, dtype, seed=0, device="cpu", kv_heads=None)` → (q, k, v, dO)."""
     return random_qkv
+
+
+# -- the paper's released kernel, for fidelity tests ------------------------------------------
+RELEASE_EPSILON = 1e-10  # attention.py: EPSILON, the clamp of each tile's row sum
+
+
+def released_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    k_bucket_size: int,
+    beta: float = 2.0,
+    stable: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(o, lse) of the paper's released `FlashAttentionFunction.forward` (repository
+    ucker/why-low-precision-training-fails, attention.py), transcribed line by line for one
+    query bucket without mask or causality: every tensor in the input dtype (bf16 einsums,
+    exp, sums and running buffers), STABLE=1's tie shift (β, hard-coded 2 there), and each
+    tile's row sum clamped at EPSILON before it enters the running sum. lse = log ℓ + m is what
+    the release's backward recomputes P from."""
+    max_neg_value = -torch.finfo(q.dtype).max
+    o = torch.zeros_like(q)
+    row_sums = torch.zeros((*q.shape[:-1], 1), dtype=q.dtype)
+    row_maxes = torch.full((*q.shape[:-1], 1), max_neg_value, dtype=q.dtype)
+    scale = q.shape[-1] ** -0.5
+    for kc, vc in zip(k.split(k_bucket_size, dim=-2), v.split(k_bucket_size, dim=-2), strict=True):
+        attn_weights = torch.einsum("... i d, ... j d -> ... i j", q, kc) * scale
+        block_row_maxes = attn_weights.amax(dim=-1, keepdim=True)
+        if stable:
+            close_to_max = attn_weights >= (block_row_maxes - 1e-3)
+            tied = close_to_max.sum(dim=-1, keepdim=True) > 1
+            block_row_maxes = torch.where(
+                tied & (block_row_maxes > 0), beta * block_row_maxes, block_row_maxes
+            )
+            block_row_maxes = torch.where(tied & (block_row_maxes < 0), 0, block_row_maxes)
+        new_row_maxes = torch.maximum(block_row_maxes, row_maxes)
+        exp_weights = torch.exp(attn_weights - new_row_maxes)
+        block_row_sums = exp_weights.sum(dim=-1, keepdim=True).clamp(min=RELEASE_EPSILON)
+        exp_values = torch.einsum("... i j, ... j d -> ... i d", exp_weights, vc)
+        exp_row_max_diff = torch.exp(row_maxes - new_row_maxes)
+        new_row_sums = exp_row_max_diff * row_sums + block_row_sums
+        o.mul_(exp_row_max_diff).add_(exp_values)
+        row_maxes.copy_(new_row_maxes)
+        row_sums.copy_(new_row_sums)
+    o.div_(row_sums)
+    lse = row_sums.log() + row_maxes
+    return o, lse[..., 0]
+
+
+#: Keys of `tied_max_rows` that carry a row's tied maximum (inside one 32-key tile).
+TIED_KEYS = (3, 17)
+
+
+def tied_max_rows(
+    maxes: list[float], *, n: int = 64, d: int = 16, seed: int = 0
+) -> tuple[QKV, torch.Tensor]:
+    """((q, k, v, dO) in bf16, exact O in fp64): row i's scores (scale 1/sqrt(d) = 1/4 at d 16)
+    are exactly maxes[i] at keys TIED_KEYS (bf16 einsum and bf16 products alike: integers
+    up to 256 in magnitude) and about ±1.5 elsewhere; V ~ N(−1, 1)."""
+    gen = torch.Generator().manual_seed(seed)
+    m = len(maxes)
+    q = torch.zeros(1, 1, m, d)
+    k = torch.zeros(1, 1, n, d)
+    q[0, 0, :, 2:] = torch.randn(m, d - 2, generator=gen)
+    k[0, 0, :, 2:] = 0.5 * torch.randn(n, d - 2, generator=gen)
+    k[0, 0, TIED_KEYS, :] = 0.0
+    k[0, 0, TIED_KEYS, 0] = 4.0  # q·k·scale = q[0]
+    q[0, 0, :, 0] = torch.tensor(maxes)
+    v = torch.randn(1, 1, n, d, generator=gen) - 1.0
+    do = torch.randn(1, 1, m, d, generator=gen)
+    q, k, v, do = (t.to(torch.bfloat16) for t in (q, k, v, do))
+    s = q.double() @ k.double().transpose(-2, -1) / math.sqrt(d)
+    return (q, k, v, do), torch.softmax(s, dim=-1) @ v.double()
+
+
+@pytest.fixture
+def release() -> SimpleNamespace:
+    """The released kernel's forward (`released_forward`) and the rows that probe its clamp
+    (`tied_max_rows`, `TIED_KEYS`)."""
+    return SimpleNamespace(forward=released_forward, rows=tied_max_rows, tied_keys=TIED_KEYS)

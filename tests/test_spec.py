@@ -41,7 +41,9 @@ def test_presets_are_the_documented_kernels() -> None:
         "delta_precision": "bf16",
     }
     assert PRESETS["sfa"].diff(fa2) == {"softmax": "stabilized"} and PRESETS["sfa"].beta == 2.0
-    assert PRESETS["paper-sfa"].diff(paper) == {"softmax": "stabilized"}
+    # the release clamps each tile's row sum at 1e-10 (attention.py, EPSILON)
+    assert PRESETS["paper-sfa"].diff(paper) == {"softmax": "stabilized", "row_sum_floor": 1e-10}
+    assert all(p.row_sum_floor is None for n, p in PRESETS.items() if n != "paper-sfa")
     assert PRESETS["fp32"].diff(fa2) == {
         "p_bar_precision": "fp32",
         "delta_source": "o_fp32",
@@ -111,7 +113,7 @@ def test_yaml_round_trip(tmp_path) -> None:
     flat.write_text("".join(f"{line}\n" for line in body))
     nested = tmp_path / "nested.yaml"  # the same under `kernel:`, next to other settings
     nested.write_text("kernel:\n" + "".join(f"  {line}\n" for line in body) + "seed: 1\n")
-    want = PRESETS["paper-sfa"].replace(block_n=None, beta=7)
+    want = PRESETS["paper-sfa"].replace(block_n=None, beta=7, row_sum_floor=None)
     assert spec_from_yaml(flat) == spec_from_yaml(str(nested)) == want
 
 
@@ -205,7 +207,38 @@ def test_frozen_hashable_and_keyed() -> None:
     assert len(keys) == len(PRESETS)
     assert all(len(k) == 12 and int(k, 16) >= 0 for k in keys)
     assert spec.replace(beta=3).key() != spec.key()  # every field counts, even inert ones
-    assert spec.to_dict()["block_n"] == 64 and set(spec.to_dict()) == set(FIELD_NAMES)
+    assert spec.to_dict()["block_n"] == 64
+    # a field added later is left out while off, so older specs keep their JSON and key
+    assert set(spec.to_dict()) == set(FIELD_NAMES) - {"row_sum_floor"}
+    assert set(PRESETS["paper-sfa"].to_dict()) == set(FIELD_NAMES)
+
+
+def test_presets_without_a_row_sum_floor_keep_their_stored_keys() -> None:
+    # the keys results were stored under before row_sum_floor existed
+    stored = {"fa2": "568357ff1a14", "paper-code": "f646f4f1cd40", "sfa": "fe05aab2867d",
+              "fp32": "7794dd0ddb47"}  # fmt: skip
+    assert {name: PRESETS[name].key() for name in stored} == stored
+    paper_sfa = PRESETS["paper-sfa"]
+    assert paper_sfa.key() != paper_sfa.replace(row_sum_floor=None).key()
+    assert paper_sfa.replace(row_sum_floor=None).key() == "1e986cc3e411"  # paper-sfa before it
+    # a dict without the field (a stored config) rebuilds the spec with the floor off
+    assert KernelSpec(**PRESETS["fa2"].to_dict()) == PRESETS["fa2"]
+    assert KernelSpec(**paper_sfa.to_dict()) == paper_sfa
+
+
+@pytest.mark.parametrize(
+    ("value", "want"), [(1e-10, 1e-10), (1, 1.0), (None, None), ("null", None)]
+)
+def test_row_sum_floor_values(value, want) -> None:
+    assert make_spec("paper-code", {"row_sum_floor": value}).row_sum_floor == want
+    set_on_cli = parse_assignments(["row_sum_floor=1e-8"])
+    assert make_spec("paper-code", set_on_cli).row_sum_floor == 1e-8
+
+
+@pytest.mark.parametrize("value", [0, -1e-10, math.inf, math.nan, True, "small", [1e-10]])
+def test_bad_row_sum_floor_is_one_line_error(value) -> None:
+    with pytest.raises(FlashprobeError, match="row_sum_floor"):
+        make_spec("paper-sfa", {"row_sum_floor": value})
 
 
 def test_l_accumulator_follows_the_accumulator_unless_set() -> None:

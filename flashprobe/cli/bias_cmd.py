@@ -18,6 +18,7 @@ COLUMNS = [
     "mean_abs_error",
     "excess_mean",
     "excess_t_stat",
+    "excess_share",
     "p_bar_ones_per_row",
     "tie_events_per_row",
     "rowsum_mean",
@@ -34,6 +35,7 @@ HEADERS = {
     "mean_abs_error": "mean|err|",
     "excess_mean": "excess",
     "excess_t_stat": "t excess",
+    "excess_share": "excess/rnd",
     "p_bar_ones_per_row": "P̄=1/row",
     "tie_events_per_row": "tie ev/row",
     "rowsum_mean": "ΣP−1",
@@ -56,10 +58,12 @@ CSV_COLUMNS = [
     "mean_abs_error",
     "excess_mean",
     "excess_t_stat",
+    "excess_share",
     "p_bar_ones_per_row",
     "tie_events_per_row",
     "rowsum_mean",
     "rowsum_t",
+    "shrunk_rows",
     "verdict",
 ]
 
@@ -110,8 +114,10 @@ def bias_command(
     --ties scores tie the row max and the rest sit --gap below it, with V ~ N(--v-mean,
     --v-std) in bf16, and runs each variant through the reference emulator. Error = O minus
     the fp64 softmax·V; t is over per-row means; "excess" = O minus the fp64 O rounded once to
-    bf16 (what the kernel adds to ideal rounding); "frac away" = errors with the sign of
-    --v-mean (away from zero).
+    bf16 (what the kernel adds to ideal rounding); "excess/rnd" = the mean excess over the mean
+    |error| of that ideal rounding; "frac away" = errors with the sign of --v-mean (away from
+    zero). The verdict reads the excess only: biased when |t excess| >= 5 and |excess/rnd| >=
+    5%, else "no bias beyond rounding".
 
     Examples:
 
@@ -165,6 +171,8 @@ def bias_command(
 
 
 def _header(report: object) -> str:
+    from flashprobe.experiments.bias import VERDICT_METHOD
+
     w = report.worked_example.to_dict()  # type: ignore[attr-defined]
     c = report.config  # type: ignore[attr-defined]
     e1, e2 = w["accumulator_exponent"], w["exact_exponent"]
@@ -192,6 +200,7 @@ def _header(report: object) -> str:
         f"device {c.device}",
         "Error = O − fp64 softmax(S)·V; t over per-row means; frac away = sign of v_mean; "
         "excess = O − bf16(fp64 O)",
+        f"Verdict: {VERDICT_METHOD}",
         "",
     ]
     return "\n".join(lines)

@@ -7,7 +7,8 @@ stage), with every step of docs/semantics.md made explicit:
 * scores: fp32 `x = s_raw * scale * LOG2E`, or `s = rnd(s_raw * scale)` then `x = s * LOG2E`;
 * running max: standard/fused_scale `m' = r`, stabilized `m' = beta*r` (or 0) on a tied tile;
 * P̄: `exp2(x - m)` exactly (standard, stabilized) or `exp2(fma(s_raw, scale*LOG2E, -m))`;
-* P̄ rounded or not before P̄V, ℓ from the rounded or unrounded P̄, fp32 or bf16 accumulators.
+* P̄ rounded or not before P̄V, ℓ from the rounded or unrounded P̄, fp32 or bf16 accumulators;
+* each logical tile's row sum clamped from below (row_sum_floor, the paper's release) or not.
 
 `spec.block_n` is a numerics choice (where m is updated), so it is the kernel's logical key
 tile. Tiles up to `BLOCK_N` keys run in one pass per tile. Wider logical tiles (the paper's
@@ -103,6 +104,17 @@ def _tile_l(p, P_LOW: tl.constexpr, L_FROM_ROUNDED: tl.constexpr, LOW: tl.conste
 
 
 @triton.jit
+def _floor_tile_l(l_tile, r, ROW_SUM_FLOOR: tl.constexpr):
+    """Semantics step 5's clamp of one logical tile's row sum at ROW_SUM_FLOOR (row_sum_floor
+    rounded to the input dtype; 0.0: off, compiled out), on rows with a visible key in the tile
+    (r > −inf): the others skip the tile, as without the clamp."""
+    if ROW_SUM_FLOOR > 0.0:
+        return tl.where(r > float("-inf"), tl.maximum(l_tile, ROW_SUM_FLOOR), l_tile)
+    else:
+        return l_tile
+
+
+@triton.jit
 def _tile_max_and_tie(x, tie_tol, SOFTMAX: tl.constexpr, INSTRUMENT: tl.constexpr,
                       HEAD_DIM: tl.constexpr, INTERPRET: tl.constexpr):  # fmt: skip
     """One key tile's row max r and whether more than one score lies within `tie_tol` of it.
@@ -153,8 +165,8 @@ def _fwd_one_pass(
     scale, qk_scale, tie_tol, beta,
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
     SCORE_LOW: tl.constexpr, SOFTMAX: tl.constexpr, P_LOW: tl.constexpr, ACC_LOW: tl.constexpr,
-    L_LOW: tl.constexpr, L_FROM_ROUNDED: tl.constexpr, INSTRUMENT: tl.constexpr,
-    INTERPRET: tl.constexpr, LOW: tl.constexpr,
+    L_LOW: tl.constexpr, L_FROM_ROUNDED: tl.constexpr, ROW_SUM_FLOOR: tl.constexpr,
+    INSTRUMENT: tl.constexpr, INTERPRET: tl.constexpr, LOW: tl.constexpr,
 ):  # fmt: skip
     """Key tiles [start_n, end_n), each BLOCK_N wide and one logical tile of the spec."""
     offs_d = tl.arange(0, HEAD_DIM)
@@ -166,7 +178,7 @@ def _fwd_one_pass(
         m_new = _tile_running_max(m_i, r, tied, beta, SOFTMAX)
         p = _p_bar(s_raw, x, m_new, qk_scale, SOFTMAX)
         alpha = tl.exp2(m_i - m_new)
-        l_tile = _tile_l(p, P_LOW, L_FROM_ROUNDED, LOW, INTERPRET)
+        l_tile = _floor_tile_l(_tile_l(p, P_LOW, L_FROM_ROUNDED, LOW, INTERPRET), r, ROW_SUM_FLOOR)
         v = load_rows(v_base, offs_n, offs_d, stride_vn, N, MASKED)
         if ACC_LOW:
             pv = dot_maybe_low(p, v, None, P_LOW, LOW, INTERPRET)
@@ -188,8 +200,8 @@ def _fwd_two_pass(
     scale, qk_scale, tie_tol, beta,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
     SCORE_LOW: tl.constexpr, SOFTMAX: tl.constexpr, P_LOW: tl.constexpr, ACC_LOW: tl.constexpr,
-    L_LOW: tl.constexpr, L_FROM_ROUNDED: tl.constexpr, INSTRUMENT: tl.constexpr,
-    INTERPRET: tl.constexpr, LOW: tl.constexpr,
+    L_LOW: tl.constexpr, L_FROM_ROUNDED: tl.constexpr, ROW_SUM_FLOOR: tl.constexpr,
+    INSTRUMENT: tl.constexpr, INTERPRET: tl.constexpr, LOW: tl.constexpr,
 ):  # fmt: skip
     """Logical key tiles of `tile_n` keys (wider than BLOCK_N), each over BLOCK_N sub-tiles."""
     offs_d = tl.arange(0, HEAD_DIM)
@@ -230,6 +242,7 @@ def _fwd_two_pass(
             acc = _accumulate(acc, pv, alpha, LOW, INTERPRET)
         else:
             acc = acc * alpha[:, None] + pv
+        l_tile = _floor_tile_l(l_tile, r, ROW_SUM_FLOOR)
         l_i = _running_l(l_i, l_tile, alpha, L_LOW, LOW, INTERPRET)
         m_i = m_new
         if INSTRUMENT:
@@ -249,8 +262,8 @@ def attn_fwd_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     TWO_PASS: tl.constexpr, CAUSAL: tl.constexpr, SCORE_LOW: tl.constexpr,
     SOFTMAX: tl.constexpr, P_LOW: tl.constexpr, ACC_LOW: tl.constexpr, L_LOW: tl.constexpr,
-    L_FROM_ROUNDED: tl.constexpr, STORE_O32: tl.constexpr, INSTRUMENT: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    L_FROM_ROUNDED: tl.constexpr, ROW_SUM_FLOOR: tl.constexpr, STORE_O32: tl.constexpr,
+    INSTRUMENT: tl.constexpr, INTERPRET: tl.constexpr,
 ):  # fmt: skip
     """One program: BLOCK_M query rows of one (batch, head), over key/value head head // GROUP.
 
@@ -291,7 +304,7 @@ def attn_fwd_kernel(
             q, k_base, v_base, stride_kn, stride_vn, offs_m, kv_end, tile_n, N,
             scale, qk_scale, tie_tol, beta,
             HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, SCORE_LOW, SOFTMAX, P_LOW, ACC_LOW,
-            L_LOW, L_FROM_ROUNDED, INSTRUMENT, INTERPRET, LOW,
+            L_LOW, L_FROM_ROUNDED, ROW_SUM_FLOOR, INSTRUMENT, INTERPRET, LOW,
         )  # fmt: skip
     else:
         # Full key tiles that no row of this query tile masks run without masks.
@@ -305,14 +318,14 @@ def attn_fwd_kernel(
             q, k_base, v_base, stride_kn, stride_vn, offs_m, 0, unmasked_end, N,
             scale, qk_scale, tie_tol, beta,
             HEAD_DIM, BLOCK_N, False, CAUSAL, SCORE_LOW, SOFTMAX, P_LOW, ACC_LOW,
-            L_LOW, L_FROM_ROUNDED, INSTRUMENT, INTERPRET, LOW,
+            L_LOW, L_FROM_ROUNDED, ROW_SUM_FLOOR, INSTRUMENT, INTERPRET, LOW,
         )  # fmt: skip
         acc, l_i, m_i, row_max, tie_events, p_ones = _fwd_one_pass(
             acc, l_i, m_i, row_max, tie_events, p_ones,
             q, k_base, v_base, stride_kn, stride_vn, offs_m, unmasked_end, kv_end, N,
             scale, qk_scale, tie_tol, beta,
             HEAD_DIM, BLOCK_N, True, CAUSAL, SCORE_LOW, SOFTMAX, P_LOW, ACC_LOW,
-            L_LOW, L_FROM_ROUNDED, INSTRUMENT, INTERPRET, LOW,
+            L_LOW, L_FROM_ROUNDED, ROW_SUM_FLOOR, INSTRUMENT, INTERPRET, LOW,
         )  # fmt: skip
 
     # Epilogue (semantics step 8): divide in fp32, round once to the output dtype.

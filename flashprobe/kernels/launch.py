@@ -31,6 +31,8 @@ from flashprobe.kernels.common import (
 )
 from flashprobe.kernels.fastlaunch import Launcher
 from flashprobe.kernels.forward import attn_fwd_kernel
+from flashprobe.numerics.rounding import low_dtype_for
+from flashprobe.reference.emulator import rounded_row_sum_floor
 from flashprobe.reference.heads import sum_groups
 from flashprobe.spec import KernelSpec
 from flashprobe.stats import AttentionStats
@@ -120,7 +122,7 @@ def attention_forward(
              scale, scale * LOG2E, spec.tie_tolerance * LOG2E, spec.beta),
             dict(HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, TWO_PASS=two_pass,
                  CAUSAL=causal, **forward_switches(spec, instrument=instrument,
-                                                   keep_o_fp32=keep_o_fp32),
+                                                   keep_o_fp32=keep_o_fp32, dtype=q.dtype),
                  INTERPRET=interpreting()),
             _options(config.num_warps, config.num_stages, config.max_registers),
         )  # fmt: skip
@@ -133,8 +135,11 @@ def attention_forward(
     return ForwardOutputs(o=o, lse=lse, o_fp32=o32 if keep_o_fp32 else None, stats=stats)
 
 
-def forward_switches(spec: KernelSpec, *, instrument: bool, keep_o_fp32: bool) -> dict[str, Any]:
-    """The forward kernel's numerics constexprs for `spec` (docs/semantics.md), by name."""
+def forward_switches(
+    spec: KernelSpec, *, instrument: bool, keep_o_fp32: bool, dtype: torch.dtype = torch.bfloat16
+) -> dict[str, Any]:
+    """The forward kernel's numerics constexprs for `spec` and inputs of `dtype`
+    (docs/semantics.md), by name."""
     return {
         "SCORE_LOW": spec.score_precision == "bf16",
         "SOFTMAX": _SOFTMAX[spec.softmax],
@@ -142,6 +147,8 @@ def forward_switches(spec: KernelSpec, *, instrument: bool, keep_o_fp32: bool) -
         "ACC_LOW": spec.accumulator == "bf16",
         "L_LOW": spec.l_precision == "bf16",
         "L_FROM_ROUNDED": spec.l_from_rounded_p,
+        # the floor as the input dtype holds it; 0.0 (no floor, or one fp16 flushes) is off
+        "ROW_SUM_FLOOR": rounded_row_sum_floor(spec, low_dtype_for(dtype)) or 0.0,
         "STORE_O32": keep_o_fp32,
         "INSTRUMENT": instrument,
     }

@@ -33,6 +33,7 @@ __all__ = [
     "ForwardResult",
     "emulate_forward",
     "online_softmax_forward",
+    "rounded_row_sum_floor",
 ]
 
 
@@ -177,9 +178,28 @@ def p_bar(
     return torch.exp2(exponent)
 
 
-def tile_row_sum(p: torch.Tensor, p_used: torch.Tensor, spec: KernelSpec) -> torch.Tensor:
-    """Step 5: this tile's share of ℓ, from the rounded P̄ or from the unrounded one."""
-    return (p_used if spec.l_from_rounded_p else p).sum(dim=-1)
+def rounded_row_sum_floor(spec: KernelSpec, low_dtype: torch.dtype) -> float | None:
+    """spec.row_sum_floor rounded to the 16-bit dtype, as the paper's `.clamp(min=1e-10)` on a
+    bf16 tensor applies it (bf16: 1.00044e-10; fp16: 0, a clamp that does nothing)."""
+    if spec.row_sum_floor is None:
+        return None
+    floor = torch.tensor(spec.row_sum_floor, dtype=torch.float64).to(low_dtype).item()
+    return floor or None
+
+
+def tile_row_sum(
+    p: torch.Tensor, p_used: torch.Tensor, spec: KernelSpec, floor: float | None = None
+) -> torch.Tensor:
+    """Step 5: this tile's share of ℓ, from the rounded P̄ or from the unrounded one, clamped
+    from below at `floor` (`row_sum_floor`) when the spec has one.
+
+    The clamp is why the released stabilized kernel shrinks O instead of failing: where β·r
+    pushes every P̄ of a tile to ~e^(−(β−1)r), its sum is replaced by the floor, so
+    O = P̄V/ℓ comes out smaller than the true O (and exactly 0 once P̄ underflows) where
+    ℓ = 0 would give 0/0.
+    """
+    l_tile = (p_used if spec.l_from_rounded_p else p).sum(dim=-1)
+    return l_tile if floor is None else torch.clamp(l_tile, min=floor)
 
 
 def update(
@@ -218,7 +238,8 @@ def epilogue(
     A row that saw no key at all (m = −inf, only possible with −inf input scores) gets O = 0 and
     lse = −inf. A row that saw keys but whose every P̄ underflowed (ℓ = 0: the stabilized max
     β·r with a large tied logit r, paper §4's "too large β") gets O = 0/0 = NaN, as a kernel
-    does: the failure must show, not read as a zero output.
+    does: the failure must show, not read as a zero output. With a `row_sum_floor` (the
+    paper's release) ℓ never drops below the floor, so such a row gets O = 0 (finite) instead.
     """
     seen = torch.isfinite(m)[..., None]
     o = torch.where(seen, acc / torch.where(seen, l[..., None], torch.ones_like(acc)), 0.0)
@@ -258,6 +279,7 @@ def online_softmax_forward(
     tie_events = torch.zeros(m.shape, dtype=torch.int32, device=s_raw.device)
     p_bar_ones = torch.zeros_like(tie_events)
 
+    floor = rounded_row_sum_floor(spec, low_dtype)
     block_n = spec.block_n or n_k
     for start in range(0, n_k, block_n):
         cols = slice(start, start + block_n)  # the last tile may be partial
@@ -269,7 +291,7 @@ def online_softmax_forward(
 
         p = p_bar(x, s_raw[..., cols], keep, m_new, spec, scale=scale)
         p_used = apply_precision(p, spec.p_bar_precision, low_dtype)
-        l_tile = tile_row_sum(p, p_used, spec)
+        l_tile = tile_row_sum(p, p_used, spec, floor)  # rows without a key here skip it
         pv = matmul(p_used, v[..., cols, :])  # step 6
 
         first = m == -math.inf  # α = 1 on a row's first tile (and avoids −inf − (−inf))

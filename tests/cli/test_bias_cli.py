@@ -43,6 +43,9 @@ def test_json_schema(run_cli) -> None:
         "verdict",
     ):
         assert key in paper, key
+    assert "excess_share" in paper and "shrunk_rows" in paper
+    assert "excess" in doc["verdict_method"] and "ideal rounding" in doc["verdict_method"]
+    assert exact["verdict"] == "ideal rounding"
     assert paper["spec"]["accumulator"] == "bf16" and paper["ties"] == 2
     assert exact["spec"] is None and exact["ties"] == 1
     env = doc["environment"]
@@ -56,6 +59,8 @@ def test_table_shows_the_bits_and_the_variants(run_cli) -> None:
     assert "-10.01011010000111000101110" in result.out
     assert "round bit 1" in result.out and "-4.71875" in result.out
     assert "sfa:beta=4" in result.out and "Notes:" in result.out
+    # the output says what the verdict means, and the column it reads
+    assert "Verdict: read off the excess" in result.out and "excess/rnd" in result.out
 
 
 def test_csv_has_one_line_per_variant(run_cli) -> None:
@@ -63,6 +68,7 @@ def test_csv_has_one_line_per_variant(run_cli) -> None:
     assert result.code == 0, result.err
     rows = list(csv.DictReader(io.StringIO(result.out)))
     assert [r["name"] for r in rows] == ["fa2", "exact"]
+    assert rows[1]["verdict"] == "ideal rounding" and float(rows[1]["excess_share"]) == 0
     float(rows[0]["mean_error"])
 
 

@@ -10,11 +10,14 @@ import torch
 
 from flashprobe.errors import FlashprobeError
 from flashprobe.experiments.bias import (
+    EXCESS_SHARE_MIN,
+    T_SIGNIFICANT,
     BiasConfig,
     default_variants,
     make_rows,
     parse_variant,
     run_bias,
+    verdict,
 )
 from flashprobe.spec import make_spec
 from flashprobe.stats import AttentionStats
@@ -43,6 +46,50 @@ def test_paper_kernel_is_biased_away_from_zero_and_the_fix_removes_it(seed: int)
     # the fix removes the tied P̄ = 1 entries (other tiles' running maxima may remain)
     assert std.p_bar_ones_per_row - fixed.p_bar_ones_per_row >= 1.99
     assert fixed.tie_events_per_row >= 1
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_verdict_follows_the_excess_over_ideal_rounding(seed: int) -> None:
+    """The two cases the raw error mislabels: fa2's O is the ideal bf16 rounding of the exact O
+    (its raw error is one-sided only because ideal rounding's is), and paper-sfa at β 4 adds a
+    one-sided excess that the larger, symmetric ideal-rounding error hides in the raw t."""
+    r = _run(seed, ("exact", "fa2", "paper-sfa:beta=4", "paper-code"), rows=1024)
+    exact, fa2, sfa4, paper = r["exact"], r["fa2"], r["paper-sfa:beta=4"], r["paper-code"]
+    assert exact.verdict == "ideal rounding" and exact.t_stat > T_SIGNIFICANT
+    assert fa2.t_stat > T_SIGNIFICANT  # raw: "toward zero", exactly as ideal rounding
+    assert abs(fa2.excess_share) < EXCESS_SHARE_MIN and fa2.verdict == "no bias beyond rounding"
+    assert abs(sfa4.t_stat) < T_SIGNIFICANT  # raw: looks unbiased
+    assert sfa4.excess_t_stat < -T_SIGNIFICANT and sfa4.excess_share < -EXCESS_SHARE_MIN
+    assert sfa4.verdict == "biased away from zero"  # V is negative, the excess too
+    assert paper.verdict == "biased away from zero" and paper.excess_share < -0.5
+
+
+def test_released_clamp_shrinks_o_toward_zero_at_beta_8() -> None:
+    """A truly biased case of another kind: paper-sfa's clamp of each tile's row sum at 1e-10
+    shrinks O by 2e^(−7r)/1e-10 on rows whose tied max r is shifted to 8r: below half on the
+    rows of the default range [1, 5] with r > 3.49, (5 − 3.49)/4 ≈ 38% of them."""
+    r = _run(0, ("paper-sfa:beta=8", "paper-sfa:beta=8,row_sum_floor=null"), rows=1024)
+    clamped, unclamped = r["paper-sfa:beta=8"], r["paper-sfa:beta=8,row_sum_floor=null"]
+    assert clamped.verdict == "biased toward zero" and clamped.excess_t_stat > 10
+    assert 0.33 < clamped.shrunk_rows < 0.43
+    assert unclamped.shrunk_rows == 0 and unclamped.verdict != "biased toward zero"
+
+
+@pytest.mark.parametrize(
+    ("t", "mean", "share", "sign", "want"),
+    [
+        (1.6, 3e-6, 0.001, -1.0, "no bias beyond rounding"),
+        (40.0, 3e-6, 0.001, -1.0, "no bias beyond rounding"),  # significant but negligible
+        (-4.9, -6e-4, -0.16, -1.0, "no bias beyond rounding"),  # sizeable but not significant
+        (-11.0, -6e-4, -0.16, -1.0, "biased away from zero"),
+        (11.0, 6e-4, 0.16, -1.0, "biased toward zero"),
+        (11.0, 6e-4, 0.16, 1.0, "biased away from zero"),
+        (-11.0, -6e-4, -0.16, 0.0, "biased negative"),
+    ],
+)
+def test_verdict_rule(t: float, mean: float, share: float, sign: float, want: str) -> None:
+    assert verdict(t, mean, share, sign) == want
+    assert verdict(t, mean, share, sign, exact=True) == "ideal rounding"
 
 
 @pytest.mark.parametrize("seed", SEEDS)

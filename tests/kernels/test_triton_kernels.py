@@ -464,13 +464,20 @@ def test_bad_inputs_raise(shape: tuple[int, ...], dtype: torch.dtype, scale, mat
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("preset", ["sfa", "paper-sfa"])
+@pytest.mark.parametrize(
+    ("preset", "overrides", "released"),
+    [("sfa", {}, False), ("paper-sfa", {"row_sum_floor": None}, False), ("paper-sfa", {}, True)],
+    ids=["sfa", "paper-sfa-unclamped", "paper-sfa"],
+)
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the 0/0 tested
 @pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning")  # log2(ℓ = 0)
-def test_stabilized_underflow_is_nan_like_the_emulator(device: str, preset: str) -> None:
-    """A tied max logit of 160 shifted to β·160: every P̄ underflows, ℓ = 0 and O = 0/0. The
-    kernel and the emulator must both say NaN (paper §4: too large a β underflows), and the
-    standard kernel on the same rows stays finite."""
+def test_stabilized_underflow_like_the_emulator(
+    device: str, preset: str, overrides: dict, released: bool
+) -> None:
+    """A tied max logit of 160 shifted to β·160: every P̄ underflows and ℓ = 0. Without a row
+    sum floor, O = 0/0: the kernel and the emulator must both say NaN (paper §4: too large a β
+    underflows). paper-sfa clamps ℓ at 1e-10 as the released code does, so both give O = 0.
+    The standard kernel on the same rows stays finite."""
     d, n = 32, 64
     scale = 1.0 / math.sqrt(d)
     scores = torch.linspace(150.0, 159.0, n)
@@ -482,8 +489,108 @@ def test_stabilized_underflow_is_nan_like_the_emulator(device: str, preset: str)
     v = torch.randn(1, 1, n, d) - 2.5
     q, k, v = (t.to(device=device, dtype=torch.bfloat16) for t in (q, k, v))
 
-    o_kernel = triton_attention(q, k, v, causal=False, spec=make_spec(preset), scale=scale)
-    o_emulator = emulate_forward(q, k, v, make_spec(preset), causal=False, scale=scale).o
-    assert torch.isnan(o_kernel).all() and torch.isnan(o_emulator).all()
+    spec = make_spec(preset, overrides)
+    o_kernel = triton_attention(q, k, v, causal=False, spec=spec, scale=scale)
+    o_emulator = emulate_forward(q, k, v, spec, causal=False, scale=scale).o
+    if released:
+        assert (o_kernel == 0).all() and (o_emulator == 0).all()
+    else:
+        assert torch.isnan(o_kernel).all() and torch.isnan(o_emulator).all()
     standard = make_spec(preset, {"softmax": "standard"})
     assert torch.isfinite(triton_attention(q, k, v, causal=False, spec=standard, scale=scale)).all()
+
+
+# -- row_sum_floor: the released kernel's clamp of each tile's row sum --------------------------
+TIED_MAXES = [0.0, 10.0, 20.0, 25.0, 30.0, 35.0, 40.0]  # as tests/reference/test_emulator.py
+
+
+def o_ratio(o: torch.Tensor, exact: torch.Tensor) -> torch.Tensor:
+    """|O| / |exact O| per row."""
+    return (o.double().cpu().norm(dim=-1) / exact.norm(dim=-1)).flatten()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("block_n", [512, 32], ids=["one-tile", "two-tiles"])
+@pytest.mark.parametrize("beta", [2.0, 7.0])
+def test_row_sum_floor_shrinks_o_like_the_release_and_the_emulator(
+    release, device: str, beta: float, block_n: int
+) -> None:
+    """paper-sfa's kernel on rows whose two tied maxima r shift to β·r: O shrinks where the
+    released code's clamp shrinks it (0 once P̄ underflows), equals the emulator, and the
+    backward (from the clamped lse) stays finite and equals the emulator's. 512-key tiles run
+    as two passes over sub-tiles, 32-key ones in one pass."""
+    (q, k, v, do), exact = release.rows(TIED_MAXES)
+    o_release, _ = release.forward(q, k, v, k_bucket_size=block_n, beta=beta)
+    want = o_ratio(o_release, exact)
+    spec = make_spec("paper-sfa", {"beta": beta, "block_n": block_n})
+    q, k, v, do = (t.to(device) for t in (q, k, v, do))
+    o, stats, dq, dk, dv = run_kernel(q, k, v, do, spec, causal=False)
+    got = o_ratio(o, exact)
+
+    assert torch.isfinite(got).all(), got
+    released = want > 0
+    assert (got[~released] == 0).all(), (got, want)
+    assert torch.allclose(got[released], want[released], rtol=0.02, atol=0), (got, want)
+    shift = (beta - 1) * torch.tensor(TIED_MAXES, dtype=torch.float64)
+    assert (got[shift >= 25] < 0.3).all(), got
+
+    emu = emulate_forward(q, k, v, spec, causal=False)
+    assert_close_to_emulator("o", o, emu.o, MAX_ULPS_BF16_ACC)
+    assert_fp32_close("lse", stats.lse, emu.lse, 2.0**-7)
+    emu_b = emulate_backward(q, k, v, o, do, stats.lse, spec, causal=False)
+    for grad_name, got_grad, want_grad in (("dq", dq, emu_b.dq), ("dk", dk, emu_b.dk),
+                                           ("dv", dv, emu_b.dv)):  # fmt: skip
+        assert_close_to_emulator(grad_name, got_grad, want_grad, MAX_ULPS)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("block_n", [16, 512])
+def test_row_sum_floor_leaves_ordinary_rows_bit_identical(
+    device: str, causal: bool, block_n: int
+) -> None:
+    """On random scores paper-sfa's kernel gives the same bits with and without the clamp."""
+    q, k, v, do = qkv_do(**sizes(device), dtype=torch.bfloat16, device=device, seed=4)
+    spec = make_spec("paper-sfa", {"block_n": block_n})
+    clamped = run_kernel(q, k, v, do, spec, causal)
+    plain = run_kernel(q, k, v, do, spec.replace(row_sum_floor=None), causal)
+    assert torch.equal(clamped[1].lse, plain[1].lse)
+    for name, a, b in zip(("o", "dq", "dk", "dv"), (clamped[0], *clamped[2:]),
+                          (plain[0], *plain[2:]), strict=True):  # fmt: skip
+        assert torch.equal(a, b), name
+
+
+def test_only_paper_sfa_compiles_the_clamp() -> None:
+    """The clamp is a constexpr: 0.0 (compiled out) for every other preset and for fp16 inputs,
+    where 1e-10 rounds to 0 as it does in the release's fp16 clamp."""
+    switches = {
+        name: launch.forward_switches(spec, instrument=False, keep_o_fp32=False)["ROW_SUM_FLOOR"]
+        for name, spec in PRESETS.items()
+    }
+    assert switches == {name: 0.0 for name in PRESETS} | {
+        "paper-sfa": torch.tensor(1e-10).bfloat16().item()
+    }
+    fp16 = launch.forward_switches(
+        PRESETS["paper-sfa"], instrument=False, keep_o_fp32=False, dtype=torch.float16
+    )
+    assert fp16["ROW_SUM_FLOOR"] == 0.0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("max_one_pass", [64, 16], ids=["one-pass", "two-pass"])
+def test_row_sum_floor_skips_key_tiles_a_row_cannot_see(
+    release, device: str, max_one_pass: int
+) -> None:
+    """Causal, 64-row query tiles, 32-key tiles: rows 17-31 tie (keys 3 and 17) in the first
+    tile and see nothing of the second. The clamp must skip that tile for them, as the emulator
+    does (one more 1e-10 in ℓ would halve their shrunken O)."""
+    (q, k, v, _), _ = release.rows([30.0] * 64)
+    q, k, v = (t.to(device) for t in (q, k, v))
+    spec = make_spec("paper-sfa", {"block_n": 32})
+    config = FwdConfig(block_m=64, sub_n=16, num_warps=4, num_stages=1, max_one_pass=max_one_pass)
+    out = launch.attention_forward(
+        q, k, v, causal=True, spec=spec, scale=default_scale(q), config=config
+    )
+    emu = emulate_forward(q, k, v, spec, causal=True)
+    assert_close_to_emulator("o", out.o, emu.o, MAX_ULPS_BF16_ACC)
+    assert_fp32_close("lse", out.lse, emu.lse, 2.0**-7)

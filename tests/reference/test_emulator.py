@@ -20,11 +20,16 @@ from flashprobe.reference.emulator import (
     ForwardResult,
     emulate_forward,
     online_softmax_forward,
+    rounded_row_sum_floor,
     running_max,
     tile_max_and_ties,
     update,
 )
-from flashprobe.reference.emulator_backward import BackwardResult, emulate_backward
+from flashprobe.reference.emulator_backward import (
+    BackwardResult,
+    emulate_backward,
+    softmax_sum_error_qk,
+)
 from flashprobe.reference.golden import golden_backward, golden_forward
 from flashprobe.spec import PRESETS, KernelSpec, make_spec
 
@@ -434,3 +439,99 @@ def test_stabilized_underflow_gives_nan_not_zero() -> None:
     )
     assert torch.isnan(out.o_fp32[0, 0, 0]).all()
     assert (out.o_fp32[0, 0, 1] == 0).all() and out.lse[0, 0, 1] == -math.inf
+
+
+# -- row_sum_floor: the released kernel's clamp of each tile's row sum -------------------------
+#: Tied maxima of the crafted rows: 0 and 10 are ordinary for β 2, the rest shrink under the clamp.
+TIED_MAXES = [0.0, 10.0, 20.0, 25.0, 30.0, 35.0, 40.0]
+
+
+def o_ratio(o: torch.Tensor, exact: torch.Tensor) -> torch.Tensor:
+    """|O| / |exact O| per row."""
+    return (o.double().norm(dim=-1) / exact.norm(dim=-1)).flatten()
+
+
+def bf16_spacing(x: torch.Tensor) -> torch.Tensor:
+    """The distance between neighbouring bf16 values at |x|."""
+    return torch.exp2(torch.floor(torch.log2(x.double().abs())) - 7)
+
+
+@pytest.mark.parametrize("block_n", [512, 32], ids=["one-tile", "two-tiles"])
+@pytest.mark.parametrize("beta", [2.0, 7.0])
+def test_row_sum_floor_shrinks_o_where_the_release_does(release, beta: float, block_n: int) -> None:
+    """paper-sfa against the released code's own arithmetic on rows whose two tied maxima r
+    shift to β·r: the tile's sum ≈ 2e^(−(β−1)r) falls below the clamp, which replaces it, so O
+    shrinks by sum/1e-10 (to 0 once P̄ underflows: β 7) instead of staying exact or 0/0."""
+    (q, k, v, _), exact = release.rows(TIED_MAXES)
+    o_release, _ = release.forward(q, k, v, k_bucket_size=block_n, beta=beta)
+    want = o_ratio(o_release, exact)
+    spec = make_spec("paper-sfa", {"beta": beta, "block_n": block_n})
+    got = o_ratio(emulate_forward(q, k, v, spec, causal=False).o, exact)
+
+    assert torch.isfinite(got).all(), got
+    shift = (beta - 1) * torch.tensor(TIED_MAXES, dtype=torch.float64)
+    assert (want[shift >= 25] < 0.3).all() and (want[shift <= 20] > 0.97).all(), want
+    released = want > 0
+    assert (got[~released] == 0).all(), (got, want)  # every P̄ underflowed: O = 0, as released
+    assert torch.allclose(got[released], want[released], rtol=0.02, atol=0), (got, want)
+
+    # the clamp is what makes the difference: without it nothing shrinks, and β 7 is 0/0
+    unclamped = o_ratio(
+        emulate_forward(q, k, v, spec.replace(row_sum_floor=None), causal=False).o, exact
+    )
+    if beta == 2.0:
+        assert torch.allclose(unclamped, torch.ones_like(unclamped), atol=0.01), unclamped
+    else:
+        assert torch.isnan(unclamped[shift >= 100]).all(), unclamped
+
+
+@pytest.mark.parametrize("beta", [2.0, 7.0])
+def test_row_sum_floor_lse_and_backward_use_the_clamped_sum(release, beta: float) -> None:
+    """lse = m + log ℓ from the clamped ℓ, as the release computes it (there in bf16), so the
+    backward's recomputed P sums to the same shrink factor as O, and gradients stay finite."""
+    (q, k, v, do), exact = release.rows(TIED_MAXES)
+    spec = make_spec("paper-sfa", {"beta": beta})
+    _, lse_release = release.forward(q, k, v, k_bucket_size=512, beta=beta)
+    fwd, bwd = run(q, k, v, do, spec, causal=False)
+
+    lse_error = (fwd.lse.double() - lse_release.double()).abs()
+    assert (lse_error <= bf16_spacing(lse_release)).all(), (fwd.lse, lse_release)
+    p_sum = softmax_sum_error_qk(q, k, fwd.lse, spec, causal=False, scale=0.25).flatten() + 1
+    shrink = o_ratio(fwd.o, exact)
+    assert torch.allclose(p_sum.double(), shrink, rtol=0.01, atol=1e-6), (p_sum, shrink)
+    assert all(torch.isfinite(g).all() for g in (bwd.dq, bwd.dk, bwd.dv))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("block_n", [16, 512])
+def test_row_sum_floor_leaves_ordinary_rows_bit_identical(make_qkv, causal, block_n) -> None:
+    """On random scores every tile's sum is far above 1e-10 (or, past the max, far below ℓ's
+    last bit): paper-sfa with and without the clamp give the same bits."""
+    q, k, v, do = make_qkv(2, 2, 77, 77, 64, BF16, seed=3)
+    spec = make_spec("paper-sfa", {"block_n": block_n})
+    fwd, bwd = run(q, k, v, do, spec, causal)
+    plain_fwd, plain_bwd = run(q, k, v, do, spec.replace(row_sum_floor=None), causal)
+    assert torch.equal(fwd.o, plain_fwd.o) and torch.equal(fwd.lse, plain_fwd.lse)
+    for name in ("dq", "dk", "dv"):
+        assert torch.equal(getattr(bwd, name), getattr(plain_bwd, name)), name
+
+
+def test_row_sum_floor_is_rounded_to_the_input_dtype() -> None:
+    """As `.clamp(min=1e-10)` on a bf16 tensor: bf16 holds 1.00044e-10, fp16 flushes it to 0."""
+    spec = PRESETS["paper-sfa"]
+    assert rounded_row_sum_floor(spec, BF16) == torch.tensor(1e-10).bfloat16().item()
+    assert rounded_row_sum_floor(spec, torch.float16) is None
+    assert rounded_row_sum_floor(PRESETS["paper-code"], BF16) is None
+
+
+def test_row_sum_floor_turns_underflow_into_zero_not_nan() -> None:
+    """The NaN case above (tied logit 160, every P̄ underflows) on paper-sfa: the released clamp
+    makes ℓ = 1e-10, so O = 0 and lse = β·160 + log 1e-10, both finite."""
+    s_raw = torch.full((1, 1, 1, 32), 150.0)
+    s_raw[0, 0, 0, 3] = s_raw[0, 0, 0, 8] = 160.0
+    v = torch.randn(1, 1, 32, 16).bfloat16().float()
+    spec = make_spec("paper-sfa", {"score_precision": "fp32"})
+    out = online_softmax_forward(s_raw, v, spec, scale=1.0, causal=False, low_dtype=BF16)
+    assert (out.o_fp32 == 0).all()
+    floor = torch.tensor(1e-10).bfloat16().double()
+    assert out.lse.item() == pytest.approx(320 + torch.log(floor).item(), abs=1e-4)
