@@ -62,7 +62,7 @@ def test_missing_token_file(tmp_path) -> None:
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"source": "owt"}, "data.source must be one of stdlib, bin"),
+        ({"source": "owt"}, "data.source must be one of stdlib, pysource, bin"),
         ({"source": "bin"}, "data.path is required"),
         ({"val_fraction": 0.9}, "data.val_fraction must be in"),
         ({"shuffle": True}, "unknown key data.shuffle"),

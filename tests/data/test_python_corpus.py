@@ -1,0 +1,145 @@
+"""The python-sources corpus: deterministic order, split, cap, manifest, cache and digest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flashprobe.data import DataConfig, open_dataset
+from flashprobe.data.python_corpus import (
+    MANIFEST,
+    list_sources,
+    python_corpus,
+    source_roots,
+)
+from flashprobe.errors import FlashprobeError
+
+
+def make_tree(root: Path) -> list[tuple[str, Path]]:
+    """A stdlib with a nested site-packages (not this venv's) and a separate site root."""
+    stdlib, site = root / "lib", root / "venv" / "site-packages"
+    files = {
+        stdlib / "os.py": b"import sys\n",
+        stdlib / "json" / "__init__.py": b"# json\n" * 3,
+        stdlib / "json" / "decoder.py": b"def decode(): pass\n",
+        stdlib / "site-packages" / "other.py": b"never read\n",
+        stdlib / "README.txt": b"not python\n",
+        site / "pkg" / "__init__.py": b"VALUE = 1\n",
+        site / "pkg" / "core.py": b"class Core:\n    pass\n" * 5,
+        site / "a.py": b"a = 0\n",
+    }
+    for path, blob in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(blob)
+    (site / "link.py").symlink_to(site / "a.py")  # the same file twice: read once
+    return [("stdlib", stdlib), ("site:0", site)]
+
+
+def test_files_in_fixed_order_without_foreign_site_packages(tmp_path) -> None:
+    roots = make_tree(tmp_path)
+    names = [(f.root, f.relative) for f in list_sources(roots)]
+    assert names == [
+        ("stdlib", "json/__init__.py"),
+        ("stdlib", "json/decoder.py"),
+        ("stdlib", "os.py"),
+        ("site:0", "a.py"),
+        ("site:0", "pkg/__init__.py"),
+        ("site:0", "pkg/core.py"),
+    ]
+
+
+def test_build_writes_tokens_manifest_and_digest(tmp_path) -> None:
+    roots = make_tree(tmp_path)
+    corpus = python_corpus(0.5, cache_dir=tmp_path / "cache", roots=roots, progress=False)
+    train = np.fromfile(corpus.folder / "train.bin", dtype="<u2")
+    val = np.fromfile(corpus.folder / "val.bin", dtype="<u2")
+    files = [f.path.read_bytes() for f in list_sources(roots)]
+    # every 2nd file (val_fraction 0.5) goes whole to validation
+    assert train.tobytes() == np.frombuffer(b"".join(files[0::2]), np.uint8).astype("<u2").tobytes()
+    assert val.tobytes() == np.frombuffer(b"".join(files[1::2]), np.uint8).astype("<u2").tobytes()
+    manifest = json.loads((corpus.folder / MANIFEST).read_text())
+    expected = hashlib.sha256(train.tobytes() + val.tobytes()).hexdigest()
+    assert manifest["sha256"] == corpus.digest == expected
+    assert manifest["files_used"] == 6 and manifest["train_tokens"] == len(train)
+    assert [row[3] for row in manifest["files"]] == ["train", "val"] * 3
+
+
+def test_cap_stops_after_the_file_that_reaches_it(tmp_path) -> None:
+    roots = make_tree(tmp_path)
+    corpus = python_corpus(0.5, max_bytes=40, cache_dir=tmp_path / "c", roots=roots, progress=False)
+    assert corpus.manifest["files_used"] == 2  # 21 + 19 bytes reach the cap of 40
+
+
+def test_cache_is_reused_and_a_changed_file_builds_anew(tmp_path) -> None:
+    roots = make_tree(tmp_path)
+    first = python_corpus(0.5, cache_dir=tmp_path / "cache", roots=roots, progress=False)
+    marker = (first.folder / MANIFEST).stat().st_mtime_ns
+    again = python_corpus(0.5, cache_dir=tmp_path / "cache", roots=roots, progress=False)
+    assert again.folder == first.folder
+    assert (again.folder / MANIFEST).stat().st_mtime_ns == marker  # not rebuilt
+    (roots[1][1] / "a.py").write_bytes(b"a = 1  # changed\n")
+    changed = python_corpus(0.5, cache_dir=tmp_path / "cache", roots=roots, progress=False)
+    assert changed.folder != first.folder and changed.digest != first.digest
+
+
+def _build(args: tuple[Path, Path]) -> str:
+    tree, cache = args
+    roots = [("stdlib", tree / "lib"), ("site:0", tree / "venv" / "site-packages")]
+    return python_corpus(0.5, cache_dir=cache, roots=roots, progress=False).digest
+
+
+def test_concurrent_builders_agree_on_one_folder(tmp_path) -> None:
+    make_tree(tmp_path)
+    with multiprocessing.get_context("spawn").Pool(3) as pool:
+        digests = pool.map(_build, [(tmp_path, tmp_path / "cache")] * 3)
+    assert len(set(digests)) == 1
+    built = [p for p in (tmp_path / "cache").iterdir() if p.is_dir()]
+    assert len(built) == 1 and not [p for p in built if ".tmp" in p.name]
+
+
+def test_a_truncated_token_file_is_refused(tmp_path) -> None:
+    roots = make_tree(tmp_path)
+    corpus = python_corpus(0.5, cache_dir=tmp_path / "cache", roots=roots, progress=False)
+    with open(corpus.folder / "train.bin", "r+b") as handle:
+        handle.truncate(4)
+    with pytest.raises(FlashprobeError, match="does not match its manifest"):
+        python_corpus(0.5, cache_dir=tmp_path / "cache", roots=roots, progress=False)
+
+
+def test_no_sources_is_an_error(tmp_path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FlashprobeError, match=r"no \.py files"):
+        python_corpus(cache_dir=tmp_path / "cache", roots=[("stdlib", tmp_path / "empty")])
+
+
+def test_roots_of_this_interpreter_start_with_the_stdlib() -> None:
+    roots = source_roots()
+    assert roots[0][0] == "stdlib" and all(folder.is_dir() for _, folder in roots)
+    assert len({folder for _, folder in roots}) == len(roots)
+
+
+def test_dataset_from_config_records_the_digest(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("FLASHPROBE_CACHE", str(tmp_path / "cache"))
+    dataset = open_dataset(DataConfig(source="pysource", max_bytes=300_000, val_fraction=0.1))
+    assert dataset.vocab_size == 256 and dataset.train.dtype == np.uint16
+    assert len(dataset.digest or "") == 64 and "python sources" in dataset.description
+    assert int(dataset.train.max()) < 256 and len(dataset.val) > 0
+    assert any((tmp_path / "cache").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"source": "stdlib", "cache_dir": "/tmp/x"}, "only used with data.source 'pysource'"),
+        ({"source": "pysource", "path": "/tmp/x"}, "only used with data.source 'bin'"),
+        ({"source": "pysource", "vocab_size": 100}, ">= 256"),
+    ],
+)
+def test_config_errors(fields, message) -> None:
+    with pytest.raises(FlashprobeError, match=message):
+        open_dataset(DataConfig(**fields))
