@@ -115,7 +115,7 @@ def attn_bwd_preprocess_kernel(
             p = tl.where(causal_valid(offs_m, offs_n, N, CAUSAL), p, 0.0)
             if SOURCE == 2:  # o_recompute: O' = P V in fp32
                 v = load_rows(v_base, offs_n, offs_d, stride_vn, N, True)
-                o_acc = dot_f32(p, v, o_acc)
+                o_acc = dot_f32(p, v, o_acc, LOW, INTERPRET)
             elif SOURCE == 3:  # dp_p: sum_j P ∘ dP with dP = dO Vᵀ
                 v = load_rows(v_base, offs_n, offs_d, stride_vn, N, True)
                 dp = dot_low(do, tl.trans(v), None, INTERPRET)

@@ -145,18 +145,37 @@ def dot_low(a, b, acc, INTERPRET: tl.constexpr):
 
 
 @triton.jit
-def dot_f32(a, b, acc):
-    """a @ b (+ acc) in full IEEE fp32 (never TF32): for fp32 P̄ or dS operands."""
-    return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+def dot_f32(a, b, acc, LOW: tl.constexpr, INTERPRET: tl.constexpr):
+    """a @ b (+ acc) for an fp32 `a` (P̄ or dS kept in fp32) and a 16-bit `b` (V, dO, Q, K):
+    exact products, fp32 accumulation, never TF32.
+
+    With bf16 `b` on the GPU, `a` is split into three bf16 pieces whose sum is exactly `a`
+    (round-to-nearest leaves at most 15, then 6 significant bits: 8 + 8 + 8 cover fp32's 24;
+    for |a| < 2^-110 the smallest piece is subnormal and may lose bits, an error under 2^-133)
+    and three bf16 tensor-core dots accumulate the exact products in fp32, smallest piece first:
+    an fp32 dot's numerics in another summation order, at tensor-core speed instead of one FMA
+    per product. fp16 (whose exponent range cannot hold the small pieces) and the interpreter
+    run the IEEE fp32 dot.
+    """
+    if INTERPRET or LOW.fp_mantissa_width != 7:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    else:
+        hi = a.to(tl.bfloat16)
+        rest = a - hi.to(tl.float32)
+        mid = rest.to(tl.bfloat16)
+        lo = (rest - mid.to(tl.float32)).to(tl.bfloat16)
+        acc = tl.dot(lo, b, acc)
+        acc = tl.dot(mid, b, acc)
+        return tl.dot(hi, b, acc)
 
 
 @triton.jit
 def dot_maybe_low(a, b, acc, ROUND_A: tl.constexpr, LOW: tl.constexpr, INTERPRET: tl.constexpr):
-    """a @ b with `a` rounded to the 16-bit dtype (ROUND_A) or kept in fp32 (IEEE dot)."""
+    """a @ b with `a` rounded to the 16-bit dtype (ROUND_A) or kept in fp32 (`dot_f32`)."""
     if ROUND_A:
         return dot_low(to_low(a, LOW, INTERPRET), b, acc, INTERPRET)
     else:
-        return dot_f32(a, b, acc)
+        return dot_f32(a, b, acc, LOW, INTERPRET)
 
 
 @triton.jit

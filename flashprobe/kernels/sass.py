@@ -20,6 +20,14 @@ _POINTERS = {
     **dict.fromkeys(("O32", "LSE", "ROW_MAX"), "*fp32"),
     **dict.fromkeys(("TIE_EVENTS", "P_ONES"), "*i32"),
 }
+_BWD_POINTERS = {
+    **dict.fromkeys(("Q", "K", "V", "DO", "DQ", "DK", "DV"), "*bf16"),
+    **dict.fromkeys(("LSE", "DELTA"), "*fp32"),
+}
+_DELTA_POINTERS = {
+    **dict.fromkeys(("Out", "DO", "Q", "K", "V"), "*bf16"),
+    **dict.fromkeys(("O32", "DELTA", "LSE"), "*fp32"),
+}
 _INTS = {"H", "M", "N", "tile_n"}
 _INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", re.M)
 
@@ -37,31 +45,56 @@ def compile_forward(
 
     Pointers and strides are specialised as a launch with 16-aligned ones would be.
     """
+    from flashprobe.kernels.forward import attn_fwd_kernel
+
+    return _compile(attn_fwd_kernel, _POINTERS, constexprs, num_warps, num_stages, max_registers)
+
+
+def compile_backward(constexprs: dict[str, Any], num_warps: int, num_stages: int) -> Any:
+    """`attn_bwd_kernel` (dQ, dK, dV) compiled for sm_90a, as `compile_forward`."""
+    from flashprobe.kernels.backward import attn_bwd_kernel
+
+    return _compile(attn_bwd_kernel, _BWD_POINTERS, constexprs, num_warps, num_stages)
+
+
+def compile_delta(constexprs: dict[str, Any], num_warps: int, num_stages: int) -> Any:
+    """`attn_bwd_preprocess_kernel` (δ) compiled for sm_90a, as `compile_forward`."""
+    from flashprobe.kernels.backward import attn_bwd_preprocess_kernel
+
+    return _compile(attn_bwd_preprocess_kernel, _DELTA_POINTERS, constexprs, num_warps, num_stages)
+
+
+def _compile(
+    kernel_fn: Any,
+    pointers: dict[str, str],
+    constexprs: dict[str, Any],
+    num_warps: int,
+    num_stages: int,
+    max_registers: int | None = None,
+) -> Any:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, make_backend
 
-    from flashprobe.kernels.forward import attn_fwd_kernel
-
-    if not hasattr(attn_fwd_kernel, "arg_names"):
+    if not hasattr(kernel_fn, "arg_names"):
         raise RuntimeError("compiling needs TRITON_INTERPRET unset when flashprobe is imported")
     target = GPUTarget("cuda", 90, 32)
     # One query head per key/value head: Triton specialises an int argument equal to 1 away.
     constexprs = {"GROUP": 1, **constexprs}
-    names = attn_fwd_kernel.arg_names
+    names = kernel_fn.arg_names
     signature = {}
     for name in names:
         if name in constexprs:
             signature[name] = "constexpr"
-        elif name in _POINTERS:
-            signature[name] = _POINTERS[name]
+        elif name in pointers:
+            signature[name] = pointers[name]
         elif name.startswith("stride") or name in _INTS:
             signature[name] = "i32"
         else:
             signature[name] = "fp32"
     divisible = make_backend(target).parse_attr("D")  # "divisible by 16"
     attrs = {(i,): divisible for i, n in enumerate(names) if signature[n][0] in "*i"}
-    source = ASTSource(fn=attn_fwd_kernel, signature=signature, constexprs=constexprs,
+    source = ASTSource(fn=kernel_fn, signature=signature, constexprs=constexprs,
                        attrs=attrs)  # fmt: skip
     options = {"num_warps": num_warps, "num_stages": num_stages, "enable_fp_fusion": False}
     if max_registers is not None:

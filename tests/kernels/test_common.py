@@ -129,3 +129,18 @@ def test_count_at_least_counts_every_entry_at_or_above_the_threshold(device: str
     want = (x >= threshold[:, None]).sum(1, dtype=torch.int32).cpu()
     assert torch.equal(got, want)
     assert got[0] == COLS and got[1] == 0 and got[2] == COLS and got[4] == COLS - 1
+
+
+def test_three_bf16_pieces_hold_an_fp32_value_exactly() -> None:
+    """common.dot_f32's split: hi + mid + lo == x for every fp32 x with |x| >= 2^-110 (below, the
+    smallest piece is subnormal and may lose bits: an absolute error under 2^-133), so the three
+    bf16 tensor-core dots see exact products of the fp32 operand."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(1 << 16, generator=gen) * torch.exp(torch.randn(1 << 16, generator=gen) * 20)
+    x = torch.cat([x, torch.tensor([1.0, 1.0 - 2**-24, 2.0**-110, -7.5e20, 0.0])])
+    x = x[(x.abs() >= 2.0**-110) | (x == 0)]
+    hi = x.to(torch.bfloat16)
+    rest = x - hi.float()
+    mid = rest.to(torch.bfloat16)
+    lo = (rest - mid.float()).to(torch.bfloat16)
+    assert torch.equal((lo.double() + mid.double()) + hi.double(), x.double())

@@ -215,3 +215,48 @@ def test_smaller_configs_drop_stages_then_split_the_key_tile() -> None:
     assert tuning.smaller_configs(one_pass_only) == []
     bwd = tuning.BwdConfig(32, 128, 128, 32, num_warps=4, num_stages=3)
     assert [c.num_stages for c in tuning.smaller_configs(bwd)] == [2, 1]
+
+
+_FP32_DOTS_CHECK = """
+import json
+from flashprobe.kernels import launch, sass, tuning
+from flashprobe.spec import make_spec
+
+spec = make_spec("fp32")
+fwd = tuning.forward_config("sm90", 64, True, 64, "bf16",
+                            launch.forward_variant(spec, False, False), 1024)
+found = {"fwd": sass.compile_forward(
+    {"HEAD_DIM": 64, "BLOCK_M": fwd.block_m, "BLOCK_N": 64, "TWO_PASS": False, "CAUSAL": True,
+     "INTERPRET": False, **launch.forward_switches(spec, instrument=False, keep_o_fp32=True)},
+    fwd.num_warps, fwd.num_stages)}
+bwd = tuning.backward_config("sm90", 64, True, "bf16", tuning.bwd_variant(True), 1024)
+found["bwd"] = sass.compile_backward(
+    {"HEAD_DIM": 64, "BLOCK_M1": bwd.block_m1, "BLOCK_N1": bwd.block_n1,
+     "BLOCK_M2": bwd.block_m2, "BLOCK_N2": bwd.block_n2, "CAUSAL": True, "SCORE_LOW": False,
+     "FUSED": False, "P_LOW": False, "DS_LOW": False, "INTERPRET": False},
+    bwd.num_warps, bwd.num_stages)
+found["delta"] = sass.compile_delta(
+    {"HEAD_DIM": 64, "BLOCK_M": 64, "BLOCK_N": 64, "SOURCE": 2, "CAUSAL": True,
+     "SCORE_LOW": False, "FUSED": False, "DELTA_LOW": False, "INTERPRET": False}, 4, 2)
+out = {}
+for name, kernel in found.items():
+    ops = sass.opcodes(sass.disassemble(kernel))
+    out[name] = {"mma": ops.count("HGMMA"), "ffma": ops.count("FFMA"),
+                 "spills": sass.local_memory_ops(ops)}
+print(json.dumps(out))
+"""
+
+
+def test_fp32_operand_dots_run_on_tensor_cores_on_sm90() -> None:
+    """fp32 P̄ and dS (the fp32 preset) and δ from O recomputed in fp32 multiply through three
+    bf16 pieces on the tensor cores (common.dot_f32), not one FMA per product: the IEEE fp32
+    dot took 4,120 FFMA in the forward and 8,192 with spills in the backward."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run(
+        [sys.executable, "-c", _FP32_DOTS_CHECK], capture_output=True, text=True, env=env,
+        timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    for name, usage in found.items():
+        assert usage["mma"] > 0 and usage["ffma"] < 256 and usage["spills"] == 0, (name, usage)
