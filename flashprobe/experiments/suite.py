@@ -9,6 +9,7 @@
     axes:                       # every combination, applied on top of every variant
       train.lr: [3.0e-3, 6.0e-3]
     branch: {from: baseline, step: 200}   # optional: variants start from baseline's checkpoint
+    inherit: other.yaml         # optional: start from another suite file (base merges key by key)
 
 A suite expands into cells (variant × axis point × seed). Each cell's config is base, then the
 variant merged in, then the `--set` run-config overrides (the command line wins), then the axis
@@ -90,10 +91,34 @@ def load_suite(
     so a bad suite is rejected before anything runs.
     """
     path = Path(path)
+    return expand_suite(read_suite(path), overrides, validate, default_name=path.stem)
+
+
+def read_suite(path: Path, _children: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A suite file's mapping, with `inherit: OTHER.yaml` (a path relative to this file) resolved:
+    the other suite's keys, then this file's on top; `base` merges key by key, every other key
+    (variants, seeds, branch, ...) replaces the inherited one; name and description are never
+    inherited."""
     raw = read_yaml(path, "suite")
     if not isinstance(raw, Mapping):
         raise FlashprobeError(f"{path}: a suite must be a mapping with a 'base' section")
-    return expand_suite(raw, overrides, validate, default_name=path.stem)
+    raw = dict(raw)
+    parent = raw.pop("inherit", None)
+    if parent is None:
+        return raw
+    if not isinstance(parent, str) or not parent.strip():
+        raise FlashprobeError(f"{path}: inherit must name another suite file, got {parent!r}")
+    parent_path = (path.parent / parent).resolve()
+    if parent_path in (*_children, path.resolve()):
+        raise FlashprobeError(f"{path}: inherit forms a cycle through {parent_path}")
+    inherited = read_suite(parent_path, (*_children, path.resolve()))
+    merged = {k: v for k, v in inherited.items() if k not in ("name", "description")}
+    for key, value in raw.items():
+        if key == "base" and isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def expand_suite(

@@ -111,6 +111,7 @@ def test_gpt2_suite_needs_its_data_and_a_gpu(tmp_path, run_cli) -> None:
     [
         "quick",
         "adamw-attribution",
+        "adamw-controls",
         "adamw-6l-search",
         "muon-search",
         "muon-runaway",

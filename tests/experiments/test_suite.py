@@ -157,3 +157,36 @@ def test_validator_may_normalise_and_branches_key_their_source() -> None:
 
 def sfa_index(suite) -> int:
     return next(i for i, c in enumerate(suite.cells) if c.variant == "sfa")
+
+
+def test_inherit_merges_base_and_replaces_the_rest(tmp_path) -> None:
+    (tmp_path / "parent.yaml").write_text(
+        "name: parent\ndescription: the parent\nseeds: [0, 1]\n"
+        "base: {train: {steps: 50, lr: 1.0e-3}, kernel: {preset: fa2}}\n"
+        "variants: {a: {}, b: {kernel: {preset: sfa}}}\n"
+    )
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "child.yaml").write_text(
+        "inherit: ../parent.yaml\nseeds: [3]\nbase: {train: {steps: 7}}\nvariants: {c: {}}\n"
+    )
+    suite = load_suite(tmp_path / "sub" / "child.yaml")
+    assert suite.name == "child" and suite.description == ""  # never inherited
+    (cell,) = suite.cells
+    assert (cell.variant, cell.seed) == ("c", 3)
+    assert cell.config["train"] == {"steps": 7, "lr": 1.0e-3}
+    assert cell.config["kernel"] == {"preset": "fa2"}
+    assert "inherit" not in suite.raw
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("inherit: missing.yaml\n", "suite file not found"),
+        ("inherit: 3\n", "inherit must name another suite file"),
+        ("inherit: self.yaml\n", "cycle"),
+    ],
+)
+def test_inherit_errors(tmp_path, text: str, needle: str) -> None:
+    (tmp_path / "self.yaml").write_text(text + "base: {}\n")
+    with pytest.raises(FlashprobeError, match=needle):
+        load_suite(tmp_path / "self.yaml")
