@@ -1,6 +1,6 @@
 """The forward kernel's hot loop in SASS, compiled for an sm_90 GPU on any machine (no GPU needed).
 
-    python scripts/sass_loop.py [--presets fa2 sfa] [--stats] [--head-dim 64] [--block-m 128]
+    python tools/sass_loop.py [--presets fa2 sfa] [--stats] [--head-dim 64] [--block-m 128]
                                 [--warps 8] [--stages 4] [--causal] [--dump DIR]
 
 Compiles `attn_fwd_kernel` with each preset's switches (`launch.forward_switches`, the same

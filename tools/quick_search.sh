@@ -5,7 +5,7 @@
 # one archive (a device call brings back few files: more than 6 probes put their digests in
 # OUT/search-digests.tar.gz).
 #
-#   OUT=results LIMIT=500 bash scripts/quick_search.sh \
+#   OUT=results LIMIT=500 bash tools/quick_search.sh \
 #     'muon-6e-3: optimizer.name=muon optimizer.lr=6e-3 -- paper-code paper-sfa fa2' \
 #     'adamw-4e-3: optimizer.lr=4e-3 -- paper-code delta-o-fp32'
 #

@@ -1,6 +1,6 @@
 """The figure of README's Muon learning-rate search, from its digest.
 
-    python scripts/plot_muon_search.py docs/results/quick-search-muon-high-lr.json OUT.png
+    python tools/plot_muon_search.py docs/results/quick-search-muon-high-lr.json OUT.png
 
 Left: the layer-1 max logit of paper-code against fa2 at lr 1.2e-2 and 1.4e-2 (where the
 numerics change when the runaway starts). Middle: the training loss of the same runs. Right:

@@ -1,6 +1,6 @@
 """Where a training step of a suite's cell spends its time: a torch.profiler breakdown (one GPU).
 
-    python scripts/profile_step.py ablations/quick.yaml --variant paper-code --out $OUT \
+    python tools/profile_step.py ablations/quick.yaml --variant paper-code --out $OUT \
         [--steps 40] [--active 10] [--set train.batch_size=16 ...]
 
 Runs the variant's first cell (the suite's first seed) for --steps steps in this one process,

@@ -1,7 +1,7 @@
 """Probe: an FA3-style pipelined forward in Gluon (Triton 3.6, sm_90), against the Triton kernel.
 
-    PYTHONUNBUFFERED=1 python scripts/gluon_fwd_probe.py --out $OUT          # on the H200
-    python scripts/gluon_fwd_probe.py --compile-only                         # any machine
+    PYTHONUNBUFFERED=1 python tools/gluon_fwd_probe.py --out $OUT          # on the H200
+    python tools/gluon_fwd_probe.py --compile-only                         # any machine
 
 An experiment for issue 3's open question, not a flashprobe kernel: can overlapping the
 softmax with the matrix units hide the stabilized softmax's tie test (and make `fa2` itself

@@ -1,6 +1,6 @@
 """Where the host time of one attention call (forward + backward) goes, on a CUDA machine.
 
-    python scripts/profile_call.py [--calls 60] [--spec fa2] [--stats] [--gpt2-step]
+    python tools/profile_call.py [--calls 60] [--spec fa2] [--stats] [--gpt2-step]
 
 Queues a long GPU sleep first, so the host never waits for the GPU, then runs cProfile over
 `--calls` calls of flashprobe.attention at GPT-2's shape (B 16, H 12, N 1024, d 64) and prints

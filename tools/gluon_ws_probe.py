@@ -1,7 +1,7 @@
 """Probe: FA3's warp-specialised, ping-pong forward in Gluon (Triton 3.6, sm_90).
 
-    PYTHONUNBUFFERED=1 python scripts/gluon_ws_probe.py --out $OUT           # on the H200
-    python scripts/gluon_ws_probe.py --compile-only                          # any machine
+    PYTHONUNBUFFERED=1 python tools/gluon_ws_probe.py --out $OUT           # on the H200
+    python tools/gluon_ws_probe.py --compile-only                          # any machine
 
 An experiment for issue 3's open question, not a flashprobe kernel. `gluon_fwd_probe.py`
 showed that FA3's intra-warpgroup overlap alone buys nothing over Triton's own schedule; what

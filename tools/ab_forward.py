@@ -1,7 +1,7 @@
 """A/B the forward kernel: this tree's `forward.py` against another version of it, one process.
 
     git show main:flashprobe/kernels/forward.py > base_forward.py
-    PYTHONUNBUFFERED=1 python scripts/ab_forward.py --baseline base_forward.py --out $OUT [--sweep]
+    PYTHONUNBUFFERED=1 python tools/ab_forward.py --baseline base_forward.py --out $OUT [--sweep]
 
 Both kernels run on the same inputs with the same launch config (kernels/tuned), per shape
 (bf16, 16 heads, batch x seq = 32k tokens) and implementation (fa2, sfa, fa2 with stats), next

@@ -1,6 +1,6 @@
 """Forward launch configs timed against the tuned ones, round-robin in one process (CUDA).
 
-    python scripts/probe_configs.py --out DIR [--head-dims 64] [--seqs 1024 4096 16384]
+    python tools/probe_configs.py --out DIR [--head-dims 64] [--seqs 1024 4096 16384]
         --config stats-r128=fa2+stats:128,8,3,128 --config sfa-4st=sfa:128,8,4
 
 Each --config is NAME=PRESET[+stats]:BLOCK_M,WARPS,STAGES[,MAX_REGISTERS]. Every shape also
