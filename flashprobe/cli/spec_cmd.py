@@ -64,4 +64,3 @@ def spec_command(
         )
     else:
         raise FlashprobeError(f"--format must be table, json or yaml, got {fmt!r}")
-

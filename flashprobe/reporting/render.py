@@ -64,12 +64,15 @@ def render_table(
     columns: Sequence[str] | None = None,
     headers: Mapping[str, str] | None = None,
     floatfmt: str = ".3g",
+    widths: Mapping[str, int] | None = None,
 ) -> str:
-    """A plain-text table; `headers` maps column keys to display names."""
+    """A plain-text table; `headers` maps column keys to display names, `widths` wraps the
+    text of a column at that many characters."""
     columns = list(columns or (rows[0].keys() if rows else []))
     names = [(headers or {}).get(c, c) for c in columns]
     body = [[_cell(row.get(c), floatfmt) for c in columns] for row in rows]
-    return tabulate(body, headers=names, disable_numparse=True)
+    wrap = [(widths or {}).get(c) for c in columns] if rows else None
+    return tabulate(body, headers=names, disable_numparse=True, maxcolwidths=wrap)
 
 
 def render_csv(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
@@ -91,6 +94,7 @@ def render(
     columns: Sequence[str] | None = None,
     headers: Mapping[str, str] | None = None,
     floatfmt: str = ".3g",
+    widths: Mapping[str, int] | None = None,
 ) -> str:
     """Render rows as a table or CSV, or `document` (default: the rows) as JSON."""
     check_format(fmt)
@@ -98,7 +102,7 @@ def render(
         return render_json(rows if document is None else document)
     if fmt == "csv":
         return render_csv(rows, columns)
-    return render_table(rows, columns, headers, floatfmt)
+    return render_table(rows, columns, headers, floatfmt, widths)
 
 
 def _cell(value: Any, floatfmt: str) -> str:
