@@ -78,6 +78,14 @@ def ablate_command(
         False, "--no-replay", help="Skip the replay the suite's replay: section asks for."
     ),
     fmt: str = typer.Option("table", "--format", help="Summary as table, json or csv."),
+    log_every: int | None = typer.Option(
+        None,
+        "--log-every",
+        min=0,
+        metavar="N",
+        help="When stderr is not a terminal (a log file): a progress line every N steps with "
+        "the cell's and the suite's ETA (default: about ten per cell; 0: one line per cell).",
+    ),
     jobs: int = typer.Option(
         1,
         "--jobs",
@@ -216,7 +224,7 @@ def ablate_command(
                 err=True,
             )
             raise SystemExit(1)
-    display = ProgressDisplay() if main_rank and not trained else None
+    display = ProgressDisplay(every=log_every) if main_rank and not trained else None
     with suite_session(plan):
         try:
             outcomes = run_plan(plan, result_store, version=version, events=display)
