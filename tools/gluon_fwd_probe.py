@@ -13,7 +13,7 @@ intra-warpgroup pipelining: K/V tiles arrive by TMA into a ring of STAGES buffer
 QKᵀ is in flight while tile j's output is rescaled and its P̄V issued, and tile j's P̄V is in
 flight while tile j+1's softmax runs, so the tensor cores work during the exp2s and
 reductions. Triton's own compiler waits for every outstanding wgmma before a P̄V, which is why
-flashprobe's kernel cannot do this (bench/KERNELS_H200.md, fourth measurement).
+flashprobe's kernel cannot do this (docs/kernel-performance.md, design notes).
 
 Scope of the probe: bf16, head dim 64 or 128, sequence a multiple of 128, causal or not, no
 instrumentation, no other KernelSpec switch. It checks O and LSE against flashprobe's Triton

@@ -23,7 +23,7 @@ the scores within the tolerance (both exact); `fa2-stats`, flashprobe's instrume
 tied tiles, P̄ = 1 count). Each is checked against flashprobe's Triton forward of the same preset
 with the same key tile (O, LSE and the stats; on the H200 they agree bit for bit) and timed
 round-robin beside the Triton kernel and SDPA cuDNN. Scope: bf16, contiguous inputs, head dim
-64/128, sequence a multiple of the key tile, causal or not. Results: bench/KERNELS_H200.md.
+64/128, sequence a multiple of the key tile, causal or not. Results: docs/kernel-performance.md.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ LOG2E = 1.4426950408889634
 WG = 64  # query rows per consumer warpgroup (one m64 wgmma)
 WG_ROWS = gl.constexpr(WG)
 # Consumer warpgroups per program. (Three, with 160 registers each, hung on the H200:
-# bench/KERNELS_H200.md, sixth measurement.)
+# docs/kernel-performance.md, design notes.)
 N_CONSUMERS = 2
 CONSUMERS = gl.constexpr(N_CONSUMERS)
 

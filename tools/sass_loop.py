@@ -7,7 +7,7 @@ Compiles `attn_fwd_kernel` with each preset's switches (`launch.forward_switches
 constexprs a launch passes) and one-pass 64-key tiles for sm_90a (`flashprobe.kernels.sass`)
 and prints, per variant: the instruction count of the first loop (the unmasked key tiles: one
 iteration per tile) and its most frequent opcodes. This is how
-bench/KERNELS_H200.md counts the softmax's cost per tile; the numbers depend on the Triton
+docs/kernel-performance.md counts the softmax's cost per tile; the numbers depend on the Triton
 version (the H200 machine has 3.6). Must run without TRITON_INTERPRET (it compiles).
 """
 

@@ -2,9 +2,9 @@
 
 Triton ships ptxas and nvdisasm, so `forward_sass` gives the machine code a Hopper launch
 would run. Two uses: `tools/sass_loop.py` counts the hot loop's instructions per key tile
-(bench/KERNELS_H200.md), and the tests check that the heuristic launch configs never spill
-registers inside that loop. Compiling needs the real compiler: TRITON_INTERPRET must be unset
-when `flashprobe.kernels` is first imported (the tests run it in a subprocess).
+(docs/kernel-performance.md), and the tests check that the heuristic launch configs never
+spill registers inside that loop. Compiling needs the real compiler: TRITON_INTERPRET must be
+unset when `flashprobe.kernels` is first imported (the tests run it in a subprocess).
 """
 
 from __future__ import annotations
