@@ -1,4 +1,4 @@
-"""The figure of README's Muon learning-rate search, from its digest.
+"""The figure of the research log's Muon learning-rate search, from its digest (in git history).
 
     python tools/plot_muon_search.py docs/results/quick-search-muon-high-lr.json OUT.png
 
