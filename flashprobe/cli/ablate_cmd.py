@@ -172,7 +172,7 @@ def ablate_command(
     if part is not None and jobs > 1:
         raise FlashprobeError("--jobs starts its own shards; give --shard or --jobs, not both")
     full = prepare_suite(config, overrides, check_machine=not dry_run)
-    settings = None if no_replay else replay_settings(full)
+    settings = None if no_replay else replay_settings(full, check_machine=not dry_run)
     suite = select_variants(full, variants)
     if part is not None:
         suite = select_shard(suite, *part)

@@ -50,6 +50,18 @@ def test_a_dry_run_reports_what_only_the_target_machine_can_check(run_cli, tmp_p
     assert not store.exists()
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without a GPU")
+def test_a_dry_run_lists_a_replay_backend_this_machine_lacks(run_cli, tmp_path) -> None:
+    args = ("ablate", "-c", "gpu-smoke", "--store", str(tmp_path / "store"))
+    plan = run_cli(*args, "--dry-run")
+    assert plan.code == 0, plan.err
+    assert "- replay: backend triton needs a CUDA GPU" in plan.out
+    cpu = ("--set", "train.device=cpu", "--set", "model.attention.backend=emulator")
+    refused = run_cli(*args, *cpu)  # the real run still refuses the replay backend
+    assert refused.code == 2 and "backend triton needs a CUDA GPU" in refused.err
+    assert not (tmp_path / "store").exists()
+
+
 def test_a_dry_run_still_refuses_a_bad_suite(run_cli, tmp_path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("base: {train: {steps: 0}}\n")
