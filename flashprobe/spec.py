@@ -30,14 +30,16 @@ DeltaSource = Literal["o_lowp", "o_fp32", "o_recompute", "dp_p"]
 
 #: Spellings of "one tile spanning the whole sequence" accepted for block_m / block_n.
 UNTILED_WORDS = ("full", "untiled", "none", "null")
+#: block_m: None lets the kernel choose its query tile; printed "auto", read back as None.
+AUTO_WORD = "auto"
 MIN_BLOCK = 16  # tl.dot needs at least 16 along every dimension
 MAX_BLOCK = 1 << 16
 
 FIELD_DOCS: dict[str, str] = {
-    "block_m": "Query rows per tile; None lets the kernel choose. Numerically inert in the "
+    "block_m": "Query rows per tile; auto (null) lets the kernel choose. Numerically inert in the "
     "forward (rows are independent); the Triton kernel uses it as its query tile when it is "
     "at most 128 (larger tiles do not fit in registers) and picks its own otherwise.",
-    "block_n": "Key columns per tile of the online softmax; None ('full') means one tile "
+    "block_n": "Key columns per tile of the online softmax; full (null) means one tile "
     "spanning the whole sequence (the paper's 'untiled' ablation). Changes where m is "
     "updated, so it changes P̄ and its rounding.",
     "score_precision": "S = scale·QKᵀ kept in fp32, or rounded to bf16 before the row max and "
@@ -239,7 +241,8 @@ def spec_from_yaml(path: str | Path) -> KernelSpec:
 # -- parsing and validation -----------------------------------------------------------------
 def _parse_field(name: str, value: Any) -> Any:
     if name in ("block_m", "block_n"):
-        if value is None or (isinstance(value, str) and value.lower() in UNTILED_WORDS):
+        words = (*UNTILED_WORDS, AUTO_WORD) if name == "block_m" else UNTILED_WORDS
+        if value is None or (isinstance(value, str) and value.lower() in words):
             return None
         return _as_int(name, value)
     if name in ("beta", "tie_tolerance"):
@@ -324,14 +327,15 @@ def _validate(spec: KernelSpec) -> None:
 
 def _fmt(value: Any, key: str = "block_n") -> str:
     if value is None:
-        return "full" if key in ("block_m", "block_n") else "null"
+        return {"block_m": AUTO_WORD, "block_n": "full"}.get(key, "null")
     if isinstance(value, float):
         return f"{value:g}"
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def format_field(key: str, value: Any) -> str:
-    """A field's value as YAML and labels write it (None: "full" tiles, else "null")."""
+    """A field's value as YAML and labels write it, and `--set FIELD=VALUE` reads back (None:
+    "auto" for block_m, "full" for block_n, else "null")."""
     return _fmt(value, key)
 
 

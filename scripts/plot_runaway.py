@@ -1,6 +1,6 @@
-"""README's Muon lr 1.4e-2 three-seed table and figure, from the merged store digest.
+"""The logit-runaway tables and figures of docs/findings.md, from a store digest.
 
-    python scripts/plot_runaway.py docs/results/quick-muon-1.4e-2-3seed.json OUT.png \
+    python scripts/plot_runaway.py docs/results/runaway-2500-steps.json OUT.png \
         [--limit 1000] [--horizon 3000]
 
 Prints, per variant and seed, the first sampled step at which the layer-1 max attention logit

@@ -38,12 +38,16 @@ HEADERS = {
     "tokens_per_s": "tok/s",
     "point": "axes",
 }
-PLAN_COLUMNS = ["variant", "point", "seed", "action", "branch", "steps", "cell"]
 
 
 @app.command("ablate")
 def ablate_command(
-    config: str = typer.Option(..., "--config", "-c", help="Suite YAML file."),
+    config: str = typer.Option(
+        ...,
+        "--config",
+        "-c",
+        help="Suite YAML file, or a bundled suite's name (gpt2, quick, smoke: flashprobe suites).",
+    ),
     overrides: list[str] = typer.Option(
         [],
         "--set",
@@ -64,12 +68,24 @@ def ablate_command(
         False, "--restart", help="Start interrupted cells over (their training output is deleted)."
     ),
     dry_run: bool = typer.Option(
-        False, "--dry-run", help="Validate the suite and print what would run; write nothing."
+        False,
+        "--dry-run",
+        help="Validate the suite and print what would run, with its tokens and (where a "
+        "throughput was measured) time; write nothing. What only the machine that runs it can "
+        "check (a CUDA GPU, the data folder) is listed, not refused.",
     ),
     no_replay: bool = typer.Option(
         False, "--no-replay", help="Skip the replay the suite's replay: section asks for."
     ),
     fmt: str = typer.Option("table", "--format", help="Summary as table, json or csv."),
+    log_every: int | None = typer.Option(
+        None,
+        "--log-every",
+        min=0,
+        metavar="N",
+        help="When stderr is not a terminal (a log file): a progress line every N steps with "
+        "the cell's and the suite's ETA (default: about ten per cell; 0: one line per cell).",
+    ),
     jobs: int = typer.Option(
         1,
         "--jobs",
@@ -120,6 +136,8 @@ def ablate_command(
 
     Examples:
 
+      flashprobe ablate --config smoke.yaml
+
       flashprobe ablate --config ablations/smoke.yaml
 
       flashprobe ablate --config ablations/smoke.yaml --set seeds=[0] --store /tmp/runs
@@ -153,8 +171,8 @@ def ablate_command(
     part = parse_shard(shard) if shard is not None else None
     if part is not None and jobs > 1:
         raise FlashprobeError("--jobs starts its own shards; give --shard or --jobs, not both")
-    full = prepare_suite(config, overrides)
-    settings = None if no_replay else replay_settings(full)
+    full = prepare_suite(config, overrides, check_machine=not dry_run)
+    settings = None if no_replay else replay_settings(full, check_machine=not dry_run)
     suite = select_variants(full, variants)
     if part is not None:
         suite = select_shard(suite, *part)
@@ -170,8 +188,14 @@ def ablate_command(
     plan = plan_suite(suite, result_store, version=version, resume=resume, restart=restart)
     main_rank = int(os.environ.get("RANK", "0")) == 0
     if dry_run:
+        from flashprobe.cli.ablate_plan import render_plan
+        from flashprobe.experiments.ablate import machine_problems
+
+        problems = machine_problems(suite)
         rows = [_plan_row(p) for p in plan]
-        typer.echo(render(fmt, rows, columns=PLAN_COLUMNS, headers=HEADERS))
+        typer.echo(render_plan(fmt, plan, suite, rows, problems))
+        for problem in problems if fmt != "table" else ():
+            typer.echo(f"flashprobe: not checked here: {problem}", err=True)
         return
 
     from flashprobe.cli.ablate_progress import ProgressDisplay
@@ -200,7 +224,7 @@ def ablate_command(
                 err=True,
             )
             raise SystemExit(1)
-    display = ProgressDisplay() if main_rank and not trained else None
+    display = ProgressDisplay(every=log_every) if main_rank and not trained else None
     with suite_session(plan):
         try:
             outcomes = run_plan(plan, result_store, version=version, events=display)

@@ -1,10 +1,12 @@
-"""The ablate command's progress display: live bars on a terminal, one line per cell otherwise.
+"""The ablate command's progress display: live bars on a terminal; in a log (not a terminal)
+a line every N steps with the cell's and the suite's ETA, and one line per finished cell.
 
 Everything goes to stderr, so stdout holds only the final table (pipe-friendly).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -16,11 +18,17 @@ from flashprobe.experiments.ablate import CellOutcome, PlannedCell, SuiteEvents
 
 
 class ProgressDisplay(SuiteEvents):
-    """Cell k of n, step, loss, tokens/s and ETA (of the cell and of the suite)."""
+    """Cell k of n, step, loss, tokens/s and ETA (of the cell and of the suite).
 
-    def __init__(self, console: Console | None = None, live: bool | None = None) -> None:
+    every: in a log, a progress line every this many steps (None: about ten per cell, at a
+    round step count; 0: none, only a line per finished cell)."""
+
+    def __init__(
+        self, console: Console | None = None, live: bool | None = None, every: int | None = None
+    ) -> None:
         self.console = console or Console(stderr=True)
         self.live = self.console.is_terminal if live is None else live
+        self.every = every
         self.plan: Sequence[PlannedCell] = ()
         self.progress: Progress | None = None
         self.cell_task: Any = None
@@ -60,23 +68,38 @@ class ProgressDisplay(SuiteEvents):
             )
 
     def step(self, record: Mapping[str, Any]) -> None:
-        if self.progress is None or self.current is None:
+        if self.current is None:
             return
         step = int(record["step"])
+        per_step = None
         if self.first_step is None:
             self.first_step, self.cell_start = step, time.perf_counter()
-            eta = "-"
-        else:
+        elif step > self.first_step:
             per_step = (time.perf_counter() - self.cell_start) / (step - self.first_step)
-            eta = _duration(per_step * self._steps_left(step + 1))
         loss = record.get("loss")
-        self.progress.update(
-            self.cell_task,
-            completed=step + 1,
-            loss="nan" if loss is None else f"{loss:.4g}",
-            tps=_si(record.get("tokens_per_s")),
-            eta=eta,
-        )
+        loss_text = "nan" if loss is None else f"{loss:.4g}"
+        if self.progress is not None:
+            eta = "-" if per_step is None else _duration(per_step * self._steps_left(step + 1))
+            self.progress.update(
+                self.cell_task,
+                completed=step + 1,
+                loss=loss_text,
+                tps=_si(record.get("tokens_per_s")),
+                eta=eta,
+            )
+            return
+        every = log_interval(self.current.steps) if self.every is None else self.every
+        if every and (step + 1) % every == 0 and step + 1 < self.current.steps:
+            cell_eta = suite_eta = "-"
+            if per_step is not None:
+                cell_eta = _duration(per_step * (self.current.steps - step - 1))
+                suite_eta = _duration(per_step * self._steps_left(step + 1))
+            line = (
+                f"[{self.current.index + 1}/{len(self.plan)}] {self.current.cell.name}: step "
+                f"{step + 1}/{self.current.steps}, loss {loss_text}, "
+                f"{_si(record.get('tokens_per_s'))} tok/s, ETA cell {cell_eta}, suite {suite_eta}"
+            )
+            self.console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     def cell_finished(self, outcome: CellOutcome) -> None:
         self.done_cells += 1
@@ -100,6 +123,13 @@ class ProgressDisplay(SuiteEvents):
             if later.action != "skip":
                 left += later.steps - later.first_step
         return left
+
+
+def log_interval(steps: int) -> int:
+    """About a tenth of a cell's steps, as the nearest 1, 2 or 5 × a power of ten."""
+    target = max(1.0, steps / 10)
+    scale = 10 ** (len(str(int(target))) - 1)
+    return min((m * scale for m in (1, 2, 5, 10)), key=lambda n: abs(math.log(n / target)))
 
 
 def cell_line(outcome: CellOutcome, total: int) -> str:

@@ -7,4 +7,5 @@ from flashprobe.cli import (  # noqa: F401
     replay_cmd,
     report_cmd,
     spec_cmd,
+    suites_cmd,
 )

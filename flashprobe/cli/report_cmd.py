@@ -35,6 +35,12 @@ def report_command(
         "variant named safe/all-safe/fp32, or the fp32 kernel).",
     ),
     top: int = typer.Option(8, "--top", help="Hot spots (layer, head) to list."),
+    wide: bool = typer.Option(
+        False,
+        "--wide",
+        help="Text tables at full width, one per section (default: at most 100 columns, wide "
+        "tables split into parts that repeat the variant column, text wrapped).",
+    ),
     failure: str | None = typer.Option(
         None,
         "--failure",
@@ -70,6 +76,8 @@ def report_command(
 
       flashprobe report runs --suite smoke --format markdown
 
+      flashprobe report runs --wide
+
       flashprobe report runs --format csv --table metrics
 
       flashprobe report runs --plot figures/
@@ -101,7 +109,7 @@ def report_command(
     reports = build_reports(
         store, suite, baseline=baseline, safe=safe, top=top, failure=rule, horizon=horizon
     )
-    typer.echo(render_reports(reports, fmt, table))
+    typer.echo(render_reports(reports, fmt, table, wide=wide))
     if plot is not None:
         from flashprobe.reporting.plots import write_plots
 

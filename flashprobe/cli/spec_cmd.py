@@ -15,6 +15,7 @@ from flashprobe.spec import (
     FIELD_DOCS,
     PRESET_DOCS,
     PRESETS,
+    format_field,
     make_spec,
     parse_assignments,
     spec_from_yaml,
@@ -56,16 +57,10 @@ def spec_command(
     elif fmt == "yaml":
         typer.echo(yaml.safe_dump(spec.to_dict(), sort_keys=False).rstrip())
     elif fmt == "table":
-        rows = [(k, _show(k, v), FIELD_DOCS.get(k, "")) for k, v in spec.to_dict().items()]
+        rows = [(k, format_field(k, v), FIELD_DOCS.get(k, "")) for k, v in spec.to_dict().items()]
         typer.echo(f"{data['label']}  (key {data['key']})")
         typer.echo(
             tabulate(rows, headers=["field", "value", "meaning"], maxcolwidths=[None, None, 70])
         )
     else:
         raise FlashprobeError(f"--format must be table, json or yaml, got {fmt!r}")
-
-
-def _show(field: str, value: object) -> str:
-    if value is None:
-        return "auto" if field == "block_m" else "full"
-    return str(value)

@@ -32,6 +32,8 @@ Suite YAML schema (expansion: experiments.suite; cell config: experiments.cell_c
     failure: {event: logit-runaway, logit_limit: 1000}   # optional: what the ranking counts as
                                     # a failed run (experiments.failure; default: divergence;
                                     # also layers, and horizon: the step outcomes are read at)
+    throughput:                     # optional: measured speeds, for the estimates of --dry-run
+      - {device: NVIDIA H200, jobs: 9, tokens_per_s: 95000}   # and `flashprobe suites`
 
 Every unknown key or impossible value in any cell is rejected before anything runs or is
 written. A cell = variant × grid point × seed; its key hashes its normalised config (and its
@@ -88,9 +90,11 @@ from flashprobe.errors import FlashprobeError
 from flashprobe.experiments.capture import CAPTURE_DIR, CaptureWriter
 from flashprobe.experiments.cell_config import (
     CellSetup,
+    check_runnable,
     normalise_cell_config,
     resolve_cell_config,
 )
+from flashprobe.experiments.estimate import throughputs
 from flashprobe.experiments.extension import Extension, ExtensionIndex, copy_run
 from flashprobe.experiments.failure import FailureRule
 from flashprobe.experiments.store import (
@@ -173,18 +177,53 @@ class SuiteEvents:
 
 
 # -- loading and checking -----------------------------------------------------------------------
-def prepare_suite(path: str | Path, overrides: Iterable[str] = ()) -> Suite:
-    """Load, expand and validate a suite (every cell, then the branches); nothing is written."""
-    suite = load_suite(path, overrides, validate=normalise_cell_config)
+def prepare_suite(
+    path: str | Path, overrides: Iterable[str] = (), *, check_machine: bool = True
+) -> Suite:
+    """Load, expand and validate a suite (every cell, then the branches); nothing is written.
+
+    check_machine=False (a dry run) leaves out what only the target machine can check (a CUDA
+    GPU, the data folder): `machine_problems` then lists it."""
+    validate = normalise_cell_config if check_machine else _normalise_anywhere
+    suite = load_suite(path, overrides, validate=validate)
     check_branches(suite)
-    replay_settings(suite)
+    replay_settings(suite, check_machine=check_machine)
     FailureRule.from_suite(suite.raw.get("failure"))
+    throughputs(suite)
     return suite
 
 
-def replay_settings(suite: Suite) -> Any:
+def _normalise_anywhere(config: Mapping[str, Any]) -> dict[str, Any]:
+    return resolve_cell_config(config).to_dict()
+
+
+def machine_problems(suite: Suite) -> list[str]:
+    """What would stop this suite on this machine (no CUDA GPU, a missing data folder), one
+    line per problem naming its variants; empty when it can run here."""
+    found: dict[str, list[str]] = {}
+    for cell in suite.cells:
+        train = resolve_cell_config(cell.config).train
+        for cuda in (None, True):  # as this machine is, then as if it had a GPU (the data)
+            try:
+                check_runnable(train, cuda=cuda)
+            except FlashprobeError as exc:
+                found.setdefault(str(exc), []).append(cell.variant)
+    try:
+        replay_settings(suite)
+    except FlashprobeError as exc:
+        found.setdefault(f"replay: {exc}", [])
+    lines = []
+    for problem, variants in found.items():
+        names = list(dict.fromkeys(variants))
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        lines.append(f"{problem} ({shown})" if names else problem)
+    return lines
+
+
+def replay_settings(suite: Suite, *, check_machine: bool = True) -> Any:
     """The suite's `replay:` section as experiments.replay.ReplaySettings (None: no section, or
-    `replay: false`); names that are no variant and a triton backend without CUDA are refused."""
+    `replay: false`); names that are no variant and (with check_machine) a triton backend
+    without CUDA are refused."""
     if "replay" not in suite.raw or suite.raw["replay"] is False:
         return None
     from flashprobe.experiments.replay import ReplaySettings, choose_backend
@@ -197,7 +236,8 @@ def replay_settings(suite: Suite) -> Any:
     for where, name in named:
         if name is not None and name not in known:
             raise FlashprobeError(f"{where}: no variant {name!r}; known: {', '.join(known)}")
-    choose_backend(settings.backend)
+    if check_machine:
+        choose_backend(settings.backend)
     return settings
 
 

@@ -36,11 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from flashprobe.errors import FlashprobeError
+from flashprobe.experiments.suite_files import find_suite
 from flashprobe.spec import parse_assignments
 from flashprobe.yaml_io import read_yaml
 
 SUITE_KEYS = ("name", "description", "seeds", "base", "variants", "axes", "branch", "replay",
-              "failure")  # fmt: skip
+              "failure", "throughput")  # fmt: skip
 BRANCH_KEYS = ("from", "step")
 
 
@@ -85,12 +86,13 @@ def load_suite(
     overrides: Iterable[str] = (),
     validate: Callable[[Mapping[str, Any]], Any] | None = None,
 ) -> Suite:
-    """Read a suite YAML, apply `--set key=value` overrides to its base, expand, validate.
+    """Read a suite YAML (a path, or a bundled suite's name), apply `--set key=value`
+    overrides to its base, expand, validate.
 
     `validate` receives every cell's resolved config and raises FlashprobeError on bad values,
     so a bad suite is rejected before anything runs.
     """
-    path = Path(path)
+    path = find_suite(path)
     return expand_suite(read_suite(path), overrides, validate, default_name=path.stem)
 
 

@@ -45,7 +45,8 @@ def fwd_candidates(head_dim: int) -> list[tuning.FwdConfig]:
                 out.append(tuning.FwdConfig(block_m, 64, num_warps, num_stages))
     if head_dim <= 64:
         # 128 registers let two 8-warp blocks share an SM; ptxas alone took 133 for the
-        # instrumented forward at d 64 (one block per SM, 15–20% slower: bench/KERNELS_H200.md).
+        # instrumented forward at d 64 (one block per SM, 15–20% slower:
+        # docs/kernel-performance.md).
         out += [tuning.FwdConfig(128, 64, 8, s, max_registers=128) for s in (2, 3, 4)]
     return out
 

@@ -94,7 +94,7 @@ def count_ones(p, P_LOW: tl.constexpr, FUSED: tl.constexpr, LOW: tl.constexpr,
     1 - 2^-(mant+2) <= p <= 1 + 2^-(mant+1) (both midpoints round to 1, the even neighbour).
     Only the fused exponent can exceed 1 (by its rounding residual), so only it needs the upper
     bound; otherwise p <= 1 and "p is 1" is "p >= the lower bound", a single compare
-    (`count_at_least`; bench/KERNELS_H200.md has the instruction counts).
+    (`count_at_least`; docs/kernel-performance.md has the instruction counts).
     """
     mant: tl.constexpr = LOW.fp_mantissa_width
     if FUSED:

@@ -122,7 +122,7 @@ def _tile_max_and_tie(x, tie_tol, SOFTMAX: tl.constexpr, INSTRUMENT: tl.constexp
     Two exact forms of the same test: the two largest scores in one reduction (which also
     yields r), or r first and then a count of scores >= r − tol. On the H200 the count was
     faster for the stabilized forward at d 64 and slower at d 128 and when instrumenting
-    (bench/KERNELS_H200.md), hence the choice by head dim.
+    (docs/kernel-performance.md), hence the choice by head dim.
     """
     if (SOFTMAX == _STABILIZED) and (not INSTRUMENT) and (HEAD_DIM <= 64):
         r = tl.max(x, 1)

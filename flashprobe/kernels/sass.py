@@ -1,10 +1,10 @@
 """The forward kernel compiled for an sm_90 GPU on any machine (no GPU needed), read as SASS.
 
 Triton ships ptxas and nvdisasm, so `forward_sass` gives the machine code a Hopper launch
-would run. Two uses: `scripts/sass_loop.py` counts the hot loop's instructions per key tile
-(bench/KERNELS_H200.md), and the tests check that the heuristic launch configs never spill
-registers inside that loop. Compiling needs the real compiler: TRITON_INTERPRET must be unset
-when `flashprobe.kernels` is first imported (the tests run it in a subprocess).
+would run. Two uses: `tools/sass_loop.py` counts the hot loop's instructions per key tile
+(docs/kernel-performance.md), and the tests check that the heuristic launch configs never
+spill registers inside that loop. Compiling needs the real compiler: TRITON_INTERPRET must be
+unset when `flashprobe.kernels` is first imported (the tests run it in a subprocess).
 """
 
 from __future__ import annotations

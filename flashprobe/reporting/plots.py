@@ -7,6 +7,10 @@
 - <suite>_ties.png: tied-maximum tiles and P̄ = 1 entries per step (mean over seeds)
 - <suite>_logits.png: largest attention logit and largest key-shift leak over layers and heads
   per step (mean over seeds): logit growth and the backward error that can drive it
+
+Every figure lists the variants in one order (the baseline, then the others by name) with one
+colour each; seeds of a variant differ by line style. A series with a single step (one
+capture, one stats sample) is drawn as a marker on a step axis that stays readable.
 """
 
 from __future__ import annotations
@@ -39,16 +43,26 @@ def write_plots(report: Any, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     cells: Sequence[sr.CellView] = report.cells
     metrics = {c.name: sr.read_metrics(c) for c in cells}
-    variants = list(dict.fromkeys(c.variant for c in cells))
+    variants = variant_order(report)
+    rank = {v: i for i, v in enumerate(variants)}
     colours = {v: f"C{i % 10}" for i, v in enumerate(variants)}
+    styles = seed_styles(cells)
     prefix = out_dir / report.suite
     written = []
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for cell in cells:
+    for cell in sorted(cells, key=lambda c: (rank[c.variant], c.seed)):
         recs = [r for r in metrics[cell.name] if r.get("loss") is not None]
-        ax.plot([r["step"] for r in recs], [r["loss"] for r in recs], color=colours[cell.variant],
-                lw=1, alpha=0.8, label=f"{cell.variant} s{cell.seed}")  # fmt: skip
+        _line(
+            ax,
+            [r["step"] for r in recs],
+            [r["loss"] for r in recs],
+            color=colours[cell.variant],
+            linestyle=styles[cell.seed],
+            lw=1,
+            alpha=0.8,
+            label=f"{cell.variant} s{cell.seed}",
+        )
         step = (cell.summary or {}).get("diverged_step")
         hit = [r["loss"] for r in recs if r["step"] == step]
         if step is not None and hit:
@@ -60,9 +74,9 @@ def write_plots(report: Any, out_dir: Path) -> list[Path]:
     layers = sorted({layer for (_, layer, _) in spectral})
     if layers:
         fig, axes = plt.subplots(len(layers), 2, figsize=(9, 2.6 * len(layers)), squeeze=False)
-        for (variant, layer, which), pts in sorted(spectral.items()):
+        for (variant, layer, which), pts in sorted(spectral.items(), key=_by(rank)):
             ax = axes[layers.index(layer)][0 if which == "wq" else 1]
-            ax.plot(*zip(*pts, strict=True), color=colours[variant], label=variant)
+            _line(ax, *zip(*pts, strict=True), color=colours[variant], label=_mean_label(variant))
             ax.set_title(f"layer {layer} {'W_Q' if which == 'wq' else 'W_K'}")
         for row in axes:
             for ax in row:
@@ -72,11 +86,22 @@ def write_plots(report: Any, out_dir: Path) -> list[Path]:
     if report.hotspots:
         hot = report.hotspots[0]
         fig, ax = plt.subplots(figsize=(7, 4))
-        for doc in report.replay_docs:
-            for s in doc.get("series", []):
-                if (s["layer"], s["head"]) == (hot["layer"], hot["head"]):
-                    ax.plot(s["steps"], s["delta_cumsum"], "o-", color=colours.get(s["variant"]),
-                            label=f"{s['variant']} ({doc.get('source_cell')})")  # fmt: skip
+        found = [
+            (doc, s)
+            for doc in report.replay_docs
+            for s in doc.get("series", [])
+            if (s["layer"], s["head"]) == (hot["layer"], hot["head"])
+        ]
+        sources = list(dict.fromkeys(str(doc.get("source_cell")) for doc, _ in found))
+        found.sort(
+            key=lambda f: (rank.get(f[1]["variant"], len(rank)), str(f[0].get("source_cell")))
+        )
+        for doc, s in found:
+            style = LINE_STYLES[sources.index(str(doc.get("source_cell"))) % len(LINE_STYLES)]
+            label = f"{s['variant']} ({doc.get('source_cell')})"
+            colour = colours.get(s["variant"])
+            _line(ax, s["steps"], s["delta_cumsum"], marker="o", linestyle=style, color=colour,
+                  label=label)  # fmt: skip
         ax.axhline(0, color="grey", lw=0.5)
         title = f"cumulative δ error, layer {hot['layer']} head {hot['head']}"
         _finish(ax, "captured step", "Σ_steps Σ_tokens (δ − δ_fp64)", title)
@@ -93,15 +118,49 @@ def write_plots(report: Any, out_dir: Path) -> list[Path]:
         if not series:
             continue
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-        for (variant, _, which), pts in sorted(series.items()):
+        for (variant, _, which), pts in sorted(series.items(), key=_by(rank)):
             ax = axes[quantities.index(which)]
-            ax.plot(*zip(*pts, strict=True), color=colours[variant], label=variant)
+            _line(ax, *zip(*pts, strict=True), color=colours[variant], label=_mean_label(variant))
         for ax, title in zip(axes, titles, strict=True):
             if log:
                 ax.set_yscale("log")
             _finish(ax, "step", ylabel, title)
         written.append(_save(fig, plt, Path(f"{prefix}_{name}.png")))
     return written
+
+
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
+def variant_order(report: Any) -> list[str]:
+    """The order every figure lists variants in: the baseline, then the others by name (the
+    same in every figure and every run of the report)."""
+    present = {c.variant for c in report.cells}
+    order = [report.roles.baseline, *sorted(present)]
+    return [v for v in dict.fromkeys(order) if v in present]
+
+
+def seed_styles(cells: Sequence[sr.CellView]) -> dict[int, str]:
+    """A line style per seed (the n-th smallest seed gets the n-th style), so the seeds of one
+    variant, which share its colour, stay apart."""
+    seeds = sorted({c.seed for c in cells})
+    return {seed: LINE_STYLES[i % len(LINE_STYLES)] for i, seed in enumerate(seeds)}
+
+
+def _by(rank: Mapping[str, int]) -> Any:
+    """Sort key of (variant, layer, quantity) series: variant order, then layer and quantity."""
+    return lambda item: (rank.get(item[0][0], len(rank)), item[0][1], item[0][2])
+
+
+def _mean_label(variant: str) -> str:
+    return f"{variant} (mean over seeds)"
+
+
+def _line(ax: Any, xs: Sequence[Any], ys: Sequence[Any], **style: Any) -> None:
+    """A line, or a marker where the series has one point (a lone point draws no line)."""
+    if len(xs) == 1 and "marker" not in style:
+        style["marker"] = "o"
+    ax.plot(xs, ys, **style)
 
 
 def _spectral_values(record: Mapping[str, Any]) -> dict[tuple[int, str], float]:
@@ -143,6 +202,17 @@ def _mean_series(
 
 
 def _finish(ax: Any, xlabel: str, ylabel: str, title: str | None) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+    series = [line for line in ax.get_lines() if not str(line.get_label()).startswith("_")]
+    steps = {x for line in series for x in line.get_xdata()}
+    if len(steps) == 1:  # one captured step: centre it on a readable axis, not step ± 0.05
+        (step,) = steps
+        ax.set_xlim(step - 1, step + 1)
+        ax.set_xticks([step])
+    if ax.get_yscale() == "linear":
+        ax.ticklabel_format(axis="y", useOffset=False)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:

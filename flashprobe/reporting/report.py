@@ -27,7 +27,7 @@ from flashprobe.experiments.pooling import pooled_splits
 from flashprobe.experiments.ranking import METHOD, Roles, outcomes, rank, resolve_roles
 from flashprobe.experiments.replay_summary import hot_spots, summarise
 from flashprobe.experiments.selection import Superseded, one_run_per_seed
-from flashprobe.reporting.render import render_csv, render_json
+from flashprobe.reporting.render import WIDTH, fill, fit_table, render_csv, render_json
 
 FORMATS = ("table", "markdown", "csv", "json")
 TABLES = ("summary", "ranking", "pooled", "metrics", "hotspots")
@@ -157,7 +157,10 @@ def build_suite_report(
 
 
 # -- rendering ------------------------------------------------------------------------------
-def render_reports(reports: Sequence[SuiteReport], fmt: str, table: str = "ranking") -> str:
+def render_reports(
+    reports: Sequence[SuiteReport], fmt: str, table: str = "ranking", *, wide: bool = False
+) -> str:
+    """`fmt` table fits WIDTH columns (wide tables split, text wrapped) unless `wide`."""
     if fmt not in FORMATS:
         raise FlashprobeError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if table not in TABLES:
@@ -167,7 +170,8 @@ def render_reports(reports: Sequence[SuiteReport], fmt: str, table: str = "ranki
     if fmt == "csv":
         rows = [{"suite": r.suite, **row} for r in reports for row in getattr(r, table)]
         return render_csv(rows, ["suite", *_CSV[table]])
-    return "\n\n".join(_render_text(r, markdown=fmt == "markdown") for r in reports)
+    width = None if wide or fmt == "markdown" else WIDTH
+    return "\n\n".join(_render_text(r, markdown=fmt == "markdown", width=width) for r in reports)
 
 
 _RANK_COLS = ["rank", "variant", "design", "component", "failed", "rate", "fisher_p",
@@ -187,6 +191,7 @@ POOLED_METHOD = (
     "variants of one value differ in other switches too; test a surviving split with a "
     "one-switch variant."
 )
+_WRAPPED = {"component", "verdict", "variants", "same_split", "switch"}  # text columns that wrap
 _HOT_COLS = ["layer", "head", "delta_mean", "delta_t", "delta_cumsum", "delta_coherence",
              "wq_coherence", "o_mean", "tie_events_per_row", "p_bar_ones_per_row"]  # fmt: skip
 _SUMMARY_COLS = ["variant", "cells", "finished", "seeds", "diverged", "steps_done",
@@ -216,17 +221,26 @@ _HEADERS = {
 }  # fmt: skip
 
 
-def _render_text(r: SuiteReport, *, markdown: bool) -> str:
+def _render_text(r: SuiteReport, *, markdown: bool, width: int | None) -> str:
+    """Markdown, or text tables; with a `width`, wide tables split (repeating their key columns)
+    and the text wrapped."""
+
     def heading(text: str) -> str:
         return f"## {text}" if markdown else f"{text}\n{'-' * len(text)}"
 
-    def table(rows: list[dict[str, Any]], cols: list[str]) -> str:
+    def table(rows: list[dict[str, Any]], cols: list[str], keep: int = 1) -> str:
         if not rows:
             return "(none)"
         body = [[_show(row, c) for c in cols] for row in rows]
         names = [_HEADERS.get(c, c) for c in cols]
+        if width is not None:
+            wrap = [i for i, c in enumerate(cols) if c in _WRAPPED]
+            return fit_table(body, names, keep=keep, width=width, wrap=wrap)
         return tabulate(body, headers=names, tablefmt="github" if markdown else "simple",
                         disable_numparse=True)  # fmt: skip
+
+    def bullets(items: Sequence[str]) -> list[str]:
+        return [fill(f"- {item}", width, indent="  ") for item in items]
 
     safe = r.roles.safe or "none (add design unavailable)"
     out = [
@@ -237,14 +251,14 @@ def _render_text(r: SuiteReport, *, markdown: bool) -> str:
         table(r.summary, _SUMMARY_COLS),
         "",
         heading("Ranking"),
-        table(r.ranking, _RANK_COLS),
+        table(r.ranking, _RANK_COLS, keep=2),
         "",
-        f"Method: {METHOD}",
+        fill(f"Method: {METHOD}", width),
         "",
         heading("Pooled by switch value (a screen across variants)"),
-        table(r.pooled[:POOLED_SHOWN], _POOLED_COLS),
+        table(r.pooled[:POOLED_SHOWN], _POOLED_COLS, keep=2),
         "",
-        f"Method: {POOLED_METHOD}",
+        fill(f"Method: {POOLED_METHOD}", width),
         "",
         heading("Per-variant mechanism metrics (replay on the baseline's captures)"),
         table(r.metrics, _METRIC_COLS),
@@ -252,11 +266,11 @@ def _render_text(r: SuiteReport, *, markdown: bool) -> str:
     if r.weight_gradient:
         out.append(f"dW columns: {r.weight_gradient}.")
     out += ["", heading(f"Hot spots: {r.roles.baseline}'s layers and heads by |Σ δ err|")]
-    out.append(table(r.hotspots, _HOT_COLS))
+    out.append(table(r.hotspots, _HOT_COLS, keep=2))
     if r.missing:
-        out += ["", heading("Missing")] + [f"- {m}" for m in r.missing]
+        out += ["", heading("Missing"), *bullets(r.missing)]
     if r.notes:
-        out += ["", heading("Notes")] + [f"- {n}" for n in r.notes]
+        out += ["", heading("Notes"), *bullets(r.notes)]
     return "\n".join(out)
 
 

@@ -169,7 +169,19 @@ def test_report_with_a_logit_runaway_rule(run_cli, tmp_path) -> None:
     assert "failed (ranking): the max attention logit of layer 1 went above 100" in result.out
     plain = run_cli("report", str(root))
     assert plain.code == 0 and "failed (ranking)" not in plain.out
-    at_20 = run_cli("report", str(root), *args, "--horizon", "20")  # before the runaway at 30
+    at_20 = run_cli("report", str(root), *args, "--horizon", "20", "--wide")  # before step 30
     assert at_20.code == 0, at_20.err
     assert "went above 100 (or was not finite), or the run diverged first by step 20" in at_20.out
     assert "1/1" not in at_20.out and "0/1" in at_20.out
+
+
+def test_report_fits_100_columns_unless_wide(run_cli, tmp_path) -> None:
+    root = fixtures.make_store(tmp_path)
+    assert run_cli("replay", str(root), "--baseline", "baseline").code == 0
+    narrow = run_cli("report", str(root))
+    wide = run_cli("report", str(root), "--wide")
+    assert narrow.code == 0 and wide.code == 0, narrow.err + wide.err
+    assert max(len(line) for line in narrow.out.splitlines()) <= 100
+    assert max(len(line) for line in wide.out.splitlines()) > 100
+    for word in ("Ranking", "K-shift leak", "P̄=1/row", "Fisher p", "verdict", "Method:"):
+        assert word in narrow.out and word in wide.out

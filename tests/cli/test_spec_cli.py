@@ -49,3 +49,23 @@ def test_malformed_yaml_is_one_line(run_cli, tmp_path) -> None:
     result = run_cli("spec", "--config", str(path))
     assert result.code == 2
     assert "malformed YAML" in result.err and len(result.err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("preset", ["fa2", "paper-code", "sfa", "paper-sfa", "fp32"])
+def test_spec_table_values_can_be_typed_back(run_cli, preset: str) -> None:
+    from flashprobe.spec import FIELD_NAMES, make_spec, parse_assignments
+
+    result = run_cli("spec", preset)
+    assert result.code == 0
+    lines = result.out.splitlines()
+    shown = {}
+    for line in lines[3:]:  # label line, header, rule
+        field, value = line.split()[:2]
+        if field in FIELD_NAMES:
+            shown[field] = value
+    assert set(shown) == set(FIELD_NAMES)
+    again = run_cli("spec", "fa2", *(a for k, v in shown.items() for a in ("--set", f"{k}={v}")))
+    assert again.code == 0, again.err
+    typed = parse_assignments(f"{k}={v}" for k, v in shown.items())
+    assert make_spec("fa2", typed) == make_spec(preset)
+    assert again.out.splitlines()[0].split()[-1] == lines[0].split()[-1]  # same key

@@ -142,7 +142,7 @@ def _label(head_dim: int, block_n: int, p_bar: str) -> str:
 def test_heuristic_forward_configs_do_not_spill_registers_on_sm90() -> None:
     """Untuned shapes (another GPU, fp16, a 128-key tile) get the heuristic configs; their
     key-tile loop has no local-memory traffic. The 4-warp config this replaced spilled there at
-    d 64 with 128-key tiles and ran 35–45% slower on the H200 (bench/KERNELS_H200.md)."""
+    d 64 with 128-key tiles and ran 35–45% slower on the H200 (docs/kernel-performance.md)."""
     found = heuristic_configs_compiled()
     assert {_label(*s): found[_label(*s)]["spills"] for s in SPILL_SHAPES} == {
         _label(*s): 0 for s in SPILL_SHAPES

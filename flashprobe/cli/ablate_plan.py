@@ -1,0 +1,65 @@
+"""`flashprobe ablate --dry-run`: the plan, its cost (tokens, and time where a throughput was
+measured) and what only the target machine can check."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from flashprobe.reporting.render import render
+
+if TYPE_CHECKING:
+    from flashprobe.experiments.ablate import PlannedCell
+    from flashprobe.experiments.suite import Suite
+
+PLAN_COLUMNS = ["variant", "point", "seed", "action", "branch", "steps", "tokens", "cell"]
+HEADERS = {"point": "axes"}
+
+
+def render_plan(
+    fmt: str,
+    plan: Sequence[PlannedCell],
+    suite: Suite,
+    rows: Sequence[Mapping[str, Any]],
+    problems: Sequence[str],
+) -> str:
+    """The plan rows (with the tokens each cell trains) and, as a table, the estimate lines;
+    json and csv stay one document (rows only)."""
+    from flashprobe.experiments.estimate import cell_tokens, format_tokens
+
+    tokens = [cell_tokens(p.cell, p.first_step) if p.action != "skip" else 0 for p in plan]
+    full = [{**row, "tokens": n} for row, n in zip(rows, tokens, strict=True)]
+    if fmt != "table":
+        return render(fmt, full, columns=PLAN_COLUMNS, headers=HEADERS)
+    shown = [{**row, "tokens": format_tokens(row["tokens"])} for row in full]
+    table = render(fmt, shown, columns=PLAN_COLUMNS, headers=HEADERS)
+    return "\n".join([table, "", *estimate_lines(plan, suite, sum(tokens), problems)])
+
+
+def estimate_lines(
+    plan: Sequence[PlannedCell], suite: Suite, tokens: int, problems: Sequence[str]
+) -> list[str]:
+    from flashprobe.experiments.estimate import (
+        describe_times,
+        format_tokens,
+        machine_device,
+        parallel_units,
+        throughputs,
+    )
+
+    to_run = [p for p in plan if p.action != "skip"]
+    device = machine_device()
+    lines = [
+        f"{len(to_run)} of {len(plan)} cells to train ({len(plan) - len(to_run)} finished): "
+        f"{format_tokens(tokens)} tokens."
+    ]
+    if to_run:
+        known = throughputs(suite)
+        times = describe_times(tokens, parallel_units([p.cell for p in to_run]), known, device)
+        if not any(t.matches(device) for t in known):
+            times.append(f"no throughput measured for this machine ({device})")
+        lines.append("Time: " + "; ".join(times) + ".")
+    if problems:
+        lines.append("Not checked here (only the machine that runs the suite can):")
+        lines += [f"- {p}" for p in problems]
+    return lines

@@ -1,0 +1,54 @@
+"""The kernel-performance table of docs/kernel-performance.md, from a `flashprobe bench --json`
+(or scripts/gpu_kernels.py) file: each ratio's range over the grid's shapes.
+
+    python scripts/kernel_ratios.py docs/results/kernels-h200-grid.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+#: (label, numerator implementation, denominator implementation, mode, target)
+RATIOS = (
+    ("`fa2` forward ÷ SDPA flash", "fa2", "sdpa-flash", "fwd", "≥ 1.0×"),
+    ("`fa2` backward ÷ SDPA flash", "fa2", "sdpa-flash", "bwd", "≥ 0.9×"),
+    ("`fa2` forward ÷ SDPA cuDNN", "fa2", "sdpa-cudnn", "fwd", "stretch goal"),
+    ("`fa2` backward ÷ SDPA cuDNN", "fa2", "sdpa-cudnn", "bwd", "stretch goal"),
+    ("`sfa` ÷ `fa2`, forward", "sfa", "fa2", "fwd", "within 3%"),
+    ("`sfa` ÷ `fa2`, forward + backward", "sfa", "fa2", "fwd+bwd", "—"),
+    ("instrumentation on ÷ off, forward", "fa2+stats", "fa2", "fwd", "within 10%"),
+    ("instrumentation on ÷ off, forward + backward", "fa2+stats", "fa2", "fwd+bwd", "within 10%"),
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("bench_json", type=Path)
+    args = parser.parse_args()
+    data = json.loads(args.bench_json.read_text())
+    tflops = {}
+    for t in data["timings"]:
+        shape = (t["seq"], t["head_dim"], t["causal"])
+        tflops[t["impl"], t["mode"], shape] = t["tflops"]
+    shapes = sorted({s for (_, _, s) in tflops})
+    env = data.get("environment", {})
+    print(f"{env.get('gpu')}, torch {env.get('torch')}, triton {env.get('triton')}; "
+          f"{len(shapes)} shapes (N × d × mask)\n")  # fmt: skip
+    print("| comparison | range over the shapes | target |")
+    print("|---|---|---|")
+    for label, top, bottom, mode, target in RATIOS:
+        ratios = [tflops[top, mode, s] / tflops[bottom, mode, s] for s in shapes
+                  if (top, mode, s) in tflops and (bottom, mode, s) in tflops]  # fmt: skip
+        if not ratios:
+            continue
+        text = f"{min(ratios):.2f}–{max(ratios):.2f}×"
+        if bottom == "sdpa-flash" and top == "fa2":
+            own = [tflops[top, mode, s] for s in shapes if (top, mode, s) in tflops]
+            text += f" ({min(own):.0f}–{max(own):.0f} TFLOP/s)"
+        print(f"| {label} | {text} | {target} |")
+
+
+if __name__ == "__main__":
+    main()
