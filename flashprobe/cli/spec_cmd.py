@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -57,7 +58,8 @@ def spec_command(
     elif fmt == "yaml":
         typer.echo(yaml.safe_dump(spec.to_dict(), sort_keys=False).rstrip())
     elif fmt == "table":
-        rows = [(k, format_field(k, v), FIELD_DOCS.get(k, "")) for k, v in spec.to_dict().items()]
+        fields = dataclasses.asdict(spec)  # every field, also those to_dict omits while off
+        rows = [(k, format_field(k, v), FIELD_DOCS.get(k, "")) for k, v in fields.items()]
         typer.echo(f"{data['label']}  (key {data['key']})")
         typer.echo(
             tabulate(rows, headers=["field", "value", "meaning"], maxcolwidths=[None, None, 70])
