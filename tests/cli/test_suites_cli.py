@@ -21,7 +21,7 @@ def test_suites_lists_every_bundled_suite_within_100_columns(run_cli) -> None:
     smoke = next(r for r in rows if r["suite"] == "smoke")
     assert smoke["tokens"] == 163_840 and smoke["cells"] == 10 and "cpu" in smoke["time"]
     quick = next(r for r in rows if r["suite"] == "quick")
-    assert quick["tokens"] == 27 * 2500 * 16 * 1024 and "H200 with --jobs 9" in quick["time"]
+    assert quick["tokens"] == 2 * 4000 * 32 * 1024 and "min on H200" in quick["time"]
 
 
 def test_ablate_finds_a_bundled_suite_by_name(run_cli, tmp_path, monkeypatch) -> None:
