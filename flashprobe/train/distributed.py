@@ -67,10 +67,10 @@ def setup_distributed(device: str) -> Distributed:
     if device == "cpu":
         backend, target = "gloo", torch.device("cpu")
     else:
-        if not torch.cuda.is_available():
-            raise FlashprobeError("WORLD_SIZE > 1 needs CUDA GPUs (or train.device: cpu)")
         for name, value in MULTICAST_OFF.items():  # read when NCCL starts: set before that
             os.environ.setdefault(name, value)
+        if not torch.cuda.is_available():
+            raise FlashprobeError("WORLD_SIZE > 1 needs CUDA GPUs (or train.device: cpu)")
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local_rank)
         backend, target = "nccl", torch.device("cuda", local_rank)

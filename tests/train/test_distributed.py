@@ -30,7 +30,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from flashprobe.train.distributed import MULTICAST_OFF
+from flashprobe.errors import FlashprobeError
+from flashprobe.train.distributed import MULTICAST_OFF, setup_distributed
 from flashprobe.train.metrics import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -176,3 +177,17 @@ def test_nccl_ranks_match_one_gpu(tmp_path) -> None:
     launch(count, config, tmp_path / "ddp", timeout=300)
     errors = compare(tmp_path / "one", tmp_path / "ddp", count, config["train"]["steps"])
     print(f"nccl, {count} ranks:", errors)
+
+
+def test_nccl_is_set_up_with_nvlink_multicast_off(monkeypatch) -> None:
+    """The variables are set before NCCL could read them, unless the environment sets them."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # stop before NCCL starts
+    for name in MULTICAST_OFF:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NVSHMEM_DISABLE_NVLS", "0")  # a user's own choice stays
+    with pytest.raises(FlashprobeError, match="needs CUDA GPUs"):
+        setup_distributed("cuda")
+    assert os.environ["NCCL_NVLS_ENABLE"] == "0"
+    assert os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+    assert os.environ["NVSHMEM_DISABLE_NVLS"] == "0"
