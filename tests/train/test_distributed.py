@@ -31,6 +31,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from flashprobe.errors import FlashprobeError
+from flashprobe.train import TrainConfig
 from flashprobe.train.distributed import MULTICAST_OFF, setup_distributed
 from flashprobe.train.metrics import read_jsonl
 
@@ -177,6 +178,14 @@ def test_nccl_ranks_match_one_gpu(tmp_path) -> None:
     launch(count, config, tmp_path / "ddp", timeout=300)
     errors = compare(tmp_path / "one", tmp_path / "ddp", count, config["train"]["steps"])
     print(f"nccl, {count} ranks:", errors)
+
+
+@pytest.mark.parametrize("world_size", [2, 4, 8])
+def test_the_nccl_comparison_config_is_valid(world_size: int) -> None:
+    """Checked here because its test cannot run on CPU: same micro-batch on both sides."""
+    train = TrainConfig.from_dict(gpu_config(world_size)).train
+    assert train.accumulation(world_size) == (4, 2)
+    assert train.accumulation(1) == (4, 2 * world_size)
 
 
 def test_nccl_is_set_up_with_nvlink_multicast_off(monkeypatch) -> None:
