@@ -111,11 +111,21 @@ def launch(args: argparse.Namespace, spec: str, world_size: int, result: Path) -
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
     }
     start = time.perf_counter()
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        tail = (done.stdout + done.stderr)[-3000:]
-        return {"world_size": world_size, "spec": spec, "error": f"exit {done.returncode}",
-                "output_tail": tail}  # fmt: skip
+    log = result.with_suffix(".log")
+    with log.open("w") as sink, subprocess.Popen(command, env=env, stdout=sink, stderr=sink) as run:
+        try:
+            code = run.wait(timeout=args.timeout)
+            error = f"exit {code}" if code else None
+        except subprocess.TimeoutExpired:
+            run.terminate()  # torchrun stops its ranks (each in a session of its own) on SIGTERM
+            try:
+                run.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                run.kill()
+            error = f"timeout {args.timeout} s"
+    if error is not None:
+        return {"world_size": world_size, "spec": spec, "error": error,
+                "output_tail": log.read_text(errors="replace")[-3000:]}  # fmt: skip
     out = json.loads(result.read_text())
     out["launch_wall_s"] = time.perf_counter() - start
     return out
@@ -151,6 +161,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=None, help="sequences a step (512)")
     parser.add_argument("--micro-batch", type=int, default=None, help="per GPU and forward (32)")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--timeout", type=int, default=300, help="seconds per torchrun launch")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
