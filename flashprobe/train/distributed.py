@@ -1,7 +1,8 @@
 """One process per GPU under torchrun (WORLD_SIZE > 1), otherwise a single process.
 
 Kept deliberately small: DistributedDataParallel for gradients, all-reduce for the logged
-loss, rank 0 writes every file. Untested on several GPUs in CI (needs a multi-GPU host).
+loss, rank 0 writes every file. CI checks it with two CPU ranks over gloo against one process
+(tests/train/test_distributed.py); its NCCL variant needs a host with several GPUs.
 """
 
 from __future__ import annotations
@@ -14,6 +15,15 @@ import torch
 import torch.distributed as dist
 
 from flashprobe.errors import FlashprobeError
+
+#: NVLink multicast (NVLS) off in NCCL, PyTorch's symmetric memory and NVSHMEM. Shared GPU hosts
+#: (the lent multi-H200 machines among them) require it: a program that creates a multicast
+#: object can take the host's GPUs out of service. DDP's gradient all-reduce does not need it.
+MULTICAST_OFF = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
 
 
 @dataclass(frozen=True)
@@ -57,6 +67,8 @@ def setup_distributed(device: str) -> Distributed:
     if device == "cpu":
         backend, target = "gloo", torch.device("cpu")
     else:
+        for name, value in MULTICAST_OFF.items():  # read when NCCL starts: set before that
+            os.environ.setdefault(name, value)
         if not torch.cuda.is_available():
             raise FlashprobeError("WORLD_SIZE > 1 needs CUDA GPUs (or train.device: cpu)")
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))

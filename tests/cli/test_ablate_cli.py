@@ -134,6 +134,50 @@ def test_one_gpu_suites_plan_on_cpu(tmp_path, run_cli, name: str) -> None:
     assert not store.exists()
 
 
+@pytest.mark.parametrize("name", ["gpt2-pysource"])
+def test_multi_gpu_suites_plan_on_cpu(tmp_path, run_cli, monkeypatch, name: str) -> None:
+    """The shipped torchrun suites, as the one-GPU ones above; their global batch splits over 1,
+    2, 4 and 8 ranks (the cells do not depend on the count) and is refused over 3."""
+    suite, store = str(ROOT / "ablations" / f"{name}.yaml"), tmp_path / "store"
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    one_line_error(run_cli("ablate", "-c", suite, "--store", str(store)), "CUDA")
+    cpu = ("--set", "train.device=cpu", "--set", "model.attention.backend=emulator")
+    args = ("ablate", "-c", suite, "--store", str(store), *cpu, "--resume", "--dry-run")
+    plans = []
+    for world_size in (1, 2, 4, 8):
+        monkeypatch.setenv("WORLD_SIZE", str(world_size))
+        plan = run_cli(*args, "--format", "json")
+        assert plan.code == 0, plan.err
+        plans.append([(c["variant"], c["cell"], c["action"]) for c in json.loads(plan.out)])
+    assert [v for v, _, _ in plans[0]] == ["paper-code", "fa2"]
+    assert all(p == plans[0] for p in plans) and {a for _, _, a in plans[0]} == {"run"}
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    one_line_error(
+        run_cli(*args), "train.batch_size (512) must be a multiple of the world size (3)"
+    )
+    assert not store.exists()
+
+
+def test_paper_scale_suite_keeps_the_papers_batch_and_schedule() -> None:
+    from flashprobe.experiments.suite import load_suite
+
+    suite = load_suite(ROOT / "ablations" / "gpt2-pysource.yaml")
+    assert suite.variants() == ["paper-code", "fa2"] and len(suite.cells) == 2
+    config = suite.cells[0].config
+    model, train = config["model"], config["train"]
+    assert (model["n_layer"], model["n_head"], model["n_embd"]) == (12, 12, 768)
+    assert train["batch_size"] * model["block_size"] == 524_288  # paper.md §1
+    assert train["micro_batch_size"] == 32 and train["checkpoint_every"] <= 250
+    assert (train["precision"], train["allow_tf32"], train["grad_clip"]) == ("bf16", False, 1.0)
+    assert config["optimizer"] == {
+        "name": "adamw", "lr": 1e-3, "betas": [0.9, 0.95], "weight_decay": 0.0,
+    }  # fmt: skip
+    assert config["schedule"] == {
+        "kind": "cosine", "warmup_steps": 2000, "decay_steps": 600_000, "min_lr": 1e-5,
+    }  # fmt: skip
+    assert config["data"] == {"source": "pysource", "val_fraction": 0.01}
+
+
 def test_interrupted_cells_need_resume_or_restart(tmp_path, run_cli) -> None:
     config, store = write(tmp_path, TINY), tmp_path / "store"
     first = run_cli("ablate", "-c", config, "--store", str(store), "--format", "json")
