@@ -345,6 +345,7 @@ def suite_definition(suite: Suite, overrides: Iterable[str] = ()) -> dict[str, A
 def write_suite_definition(store: ResultStore, suite: Suite, overrides: Iterable[str] = ()) -> Path:
     """STORE/<suite>/suite.json (atomic): the suite as this run expanded it."""
     path = store.root / suite.name / SUITE_FILE
+    store.check_inside(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, suite_definition(suite, overrides))
     return path

@@ -65,7 +65,6 @@ metrics but no summary was interrupted (`flashprobe ablate --resume` continues i
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -73,7 +72,7 @@ from pathlib import Path
 from typing import Any
 
 from flashprobe.errors import FlashprobeError
-from flashprobe.experiments.suite import Cell, cell_key
+from flashprobe.experiments.suite import Cell, cell_key, check_name
 from flashprobe.reporting.atomic import write_text_atomic
 
 SUMMARY = "summary.json"
@@ -109,8 +108,19 @@ class ResultStore:
         self.root = Path(root)
 
     def cell_dir(self, cell: Cell, code_version: str) -> Path:
-        safe_variant = re.sub(r"[^A-Za-z0-9_.-]+", "_", cell.variant)
-        return self.root / cell.suite / f"{safe_variant}--{cell_key(cell, code_version)}"
+        """STORE/<suite>/<variant>--<key>: the names verbatim (checked: never a path), so two
+        cells never share a folder; refused if it resolves outside the store (a symlink)."""
+        suite = check_name(cell.suite, "suite name")
+        variant = check_name(cell.variant, "variant name")
+        path = self.root / suite / f"{variant}--{cell_key(cell, code_version)}"
+        self.check_inside(path)
+        return path
+
+    def check_inside(self, path: Path) -> None:
+        """Refuse a path that resolves (symlinks followed) outside the store."""
+        root = self.root.resolve()
+        if not path.resolve().is_relative_to(root):
+            raise FlashprobeError(f"{path} resolves to {path.resolve()}, outside the store {root}")
 
     def is_finished(self, cell: Cell, code_version: str) -> bool:
         return (self.cell_dir(cell, code_version) / SUMMARY).is_file()
@@ -163,6 +173,8 @@ class ResultStore:
         """Every cell directory under the store (or one suite), finished or not."""
         if not self.root.is_dir():
             raise FlashprobeError(f"result store not found: {self.root}")
+        if suite is not None:
+            check_suite_folder(suite)
         suites = [self.root / suite] if suite else sorted(p for p in self.root.iterdir())
         for suite_dir in suites:
             if not suite_dir.is_dir():
@@ -179,6 +191,13 @@ class ResultStore:
             config=read_json(path / "config.json"),
             summary=read_json(summary_path) if summary_path.is_file() else None,
         )
+
+
+def check_suite_folder(suite: str) -> None:
+    """A suite named on the command line (`--suite`) is one folder of the store, never a path
+    (a store written before names were checked may hold names `check_name` now refuses)."""
+    if suite in ("", ".", "..") or "/" in suite or "\0" in suite:
+        raise FlashprobeError(f"--suite {suite!r} is not a suite name")
 
 
 def write_json(path: Path, data: Any) -> None:

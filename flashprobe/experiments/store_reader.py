@@ -30,6 +30,7 @@ from flashprobe.experiments.store import (
     SUITE_FILE,
     CellRecord,
     ResultStore,
+    check_suite_folder,
     read_json,
     write_json,
 )
@@ -100,6 +101,8 @@ def read_cells(root: str | Path, suite: str | None = None) -> list[CellView]:
     root = Path(root)
     if root.exists() and not root.is_dir():
         raise FlashprobeError(f"result store is not a folder: {root}")
+    if suite is not None:
+        check_suite_folder(suite)
     if suite is not None and not (root / suite).is_dir():
         known = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
         hint = f"; suites here: {', '.join(known)}" if known else ""
