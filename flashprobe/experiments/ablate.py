@@ -344,6 +344,7 @@ def suite_definition(suite: Suite, overrides: Iterable[str] = ()) -> dict[str, A
 
 def write_suite_definition(store: ResultStore, suite: Suite, overrides: Iterable[str] = ()) -> Path:
     """STORE/<suite>/suite.json (atomic): the suite as this run expanded it."""
+    store.check_writable()
     path = store.root / suite.name / SUITE_FILE
     store.check_inside(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -384,6 +385,7 @@ def plan_suite(
     """What to do with each cell; refuses interrupted cells unless resume or restart."""
     if resume and restart:
         raise FlashprobeError("choose one of --resume and --restart")
+    store.check_root()
     plan: list[PlannedCell] = []
     index_of: dict[tuple[str, Any], int] = {}
     interrupted: list[PlannedCell] = []

@@ -65,6 +65,7 @@ metrics but no summary was interrupted (`flashprobe ablate --resume` continues i
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -185,12 +186,74 @@ class ResultStore:
 
     def _read(self, path: Path) -> CellRecord:
         summary_path = path / SUMMARY
-        return CellRecord(
-            path=path,
-            meta=read_json(path / "cell.json"),
-            config=read_json(path / "config.json"),
-            summary=read_json(summary_path) if summary_path.is_file() else None,
-        )
+        meta, config = read_json(path / "cell.json"), read_json(path / "config.json")
+        summary = read_json(summary_path) if summary_path.is_file() else None
+        _check_meta(meta, path / "cell.json")
+        _check_config(config, path / "config.json")
+        if summary is not None and not isinstance(summary, dict):
+            raise FlashprobeError(f"corrupt cell file {summary_path}: not a JSON object")
+        return CellRecord(path=path, meta=meta, config=config, summary=summary)
+
+    def check_root(self) -> None:
+        """Refuse a store that is a file (checked before planning, so before any write)."""
+        try:
+            self.root.stat()
+        except FileNotFoundError:
+            return
+        except OSError as exc:  # too long a name, a file on the way
+            raise FlashprobeError(f"--store {self.root}: {exc.strerror}") from None
+        if not self.root.is_dir():
+            raise FlashprobeError(f"--store {self.root} is not a folder")
+
+    def check_writable(self) -> None:
+        """Create the store folder if needed and refuse one that cannot be written (a file, a
+        read-only file system, a name too long): one line before anything is written."""
+        self.check_root()
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise FlashprobeError(f"cannot create --store {self.root}: {exc.strerror}") from None
+        if not os.access(self.root, os.W_OK | os.X_OK):
+            raise FlashprobeError(f"--store {self.root} is not writable")
+
+
+#: cell.json fields a reader relies on, and their JSON types (absent and null are allowed).
+_META_TYPES: dict[str, tuple[type, ...]] = {
+    "suite": (str,),
+    "variant": (str,),
+    "seed": (int,),
+    "point": (list,),
+    "branch_from": (str,),
+    "branch_step": (int,),
+    "key": (str,),
+    "code_version": (str,),
+    "source_key": (str,),
+}
+_CONFIG_SECTIONS = ("model", "data", "optimizer", "schedule", "train", "divergence", "metrics",
+                    "capture")  # fmt: skip
+
+
+def _check_meta(meta: Any, path: Path) -> None:
+    if not isinstance(meta, dict):
+        raise FlashprobeError(f"corrupt cell file {path}: not a JSON object")
+    for key, types in _META_TYPES.items():
+        value = meta.get(key)
+        if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+            raise FlashprobeError(
+                f"corrupt cell file {path}: {key} is {type(value).__name__} {value!r:.40}, "
+                f"expected {types[0].__name__}"
+            )
+    for pair in meta.get("point") or []:
+        if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)):
+            raise FlashprobeError(f"corrupt cell file {path}: point holds {pair!r:.40}")
+
+
+def _check_config(config: Any, path: Path) -> None:
+    if not isinstance(config, dict):
+        raise FlashprobeError(f"corrupt cell file {path}: not a JSON object")
+    for key in _CONFIG_SECTIONS:
+        if config.get(key) is not None and not isinstance(config[key], dict):
+            raise FlashprobeError(f"corrupt cell file {path}: {key} is not a JSON object")
 
 
 def check_suite_folder(suite: str) -> None:
@@ -206,8 +269,12 @@ def write_json(path: Path, data: Any) -> None:
 
 def read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise FlashprobeError(f"missing file in result store: {path}") from None
     except json.JSONDecodeError as exc:
         raise FlashprobeError(f"corrupt JSON in result store: {path} (line {exc.lineno})") from None
+    except UnicodeDecodeError:
+        raise FlashprobeError(f"corrupt JSON in result store: {path} (not UTF-8)") from None
+    except OSError as exc:
+        raise FlashprobeError(f"cannot read {path}: {exc.strerror}") from None

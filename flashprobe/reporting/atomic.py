@@ -34,3 +34,20 @@ def write_text_new(path: Path, text: str) -> None:
     if path.exists():
         raise FlashprobeError(f"{path} exists; refusing to overwrite it")
     write_text_atomic(path, text)
+
+
+def check_output_folder(path: Path, what: str) -> None:
+    """Refuse, before any work, an output folder that cannot be created or written: a file, a
+    folder under a file, a read-only file system. Creates nothing."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise FlashprobeError(f"{what} {path} is not a folder")
+    existing = path
+    while not existing.exists():  # the nearest folder that exists: where mkdir would start
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if not existing.is_dir():
+        raise FlashprobeError(f"{what} {path}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise FlashprobeError(f"{what} {path}: {existing} is not writable")

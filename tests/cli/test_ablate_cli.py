@@ -371,3 +371,60 @@ def test_jobs_refuse_to_train_what_the_shards_left(tmp_path, run_cli, monkeypatc
         "flashprobe: the shard processes left 1 of 1 cells unfinished (fa2/seed0 first); "
         "did the suite file or the git commit change meanwhile?"
     )
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (bytes(range(256)), "is not UTF-8 text"),
+        ("name: caf\xe9\n".encode("latin-1"), "is not UTF-8 text (byte 9)"),
+        (b"name: x\nname: y\nbase: {}\n", "duplicate key 'name' (line 2)"),
+        (b"name: ../escape\nbase: {train: {steps: 1}}\n", "suite name '../escape'"),
+        (b"name: " + b"n" * 300 + b"\n", "at most 64"),
+    ],
+)
+def test_unreadable_suite_files_exit_2(tmp_path, run_cli, content: bytes, needle: str) -> None:
+    path = tmp_path / "suite.yaml"
+    path.write_bytes(content)
+    store = tmp_path / "store"
+    one_line_error(run_cli("ablate", "-c", str(path), "--store", str(store)), needle)
+    assert not store.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["suite.yaml"]
+
+
+def test_a_store_that_is_a_file_or_under_one_exits_2(tmp_path, run_cli) -> None:
+    config, blocker = write(tmp_path, TINY), tmp_path / "file"
+    blocker.write_text("keep me")
+    for store in (blocker, blocker / "sub"):
+        for extra in ((), ("--dry-run",), ("--jobs", "2")):
+            result = run_cli("ablate", "-c", config, "--store", str(store), *extra)
+            one_line_error(result, f"--store {store}")
+    assert blocker.read_text() == "keep me"
+    long_name = tmp_path / ("x" * 300)
+    one_line_error(run_cli("ablate", "-c", config, "--store", str(long_name)), "--store")
+
+
+def test_hand_edited_cell_files_are_one_line_errors_and_stay_as_they_are(tmp_path, run_cli) -> None:
+    config, store = write(tmp_path, TINY), tmp_path / "store"
+    assert run_cli("ablate", "-c", config, "--store", str(store), "--variant", "fa2").code == 0
+    (cell,) = (store / "tiny").glob("fa2--*")
+    for name, edit in [
+        ("cell.json", lambda d: {**d, "seed": "zero"}),
+        ("cell.json", lambda d: {**d, "point": 5}),
+        ("cell.json", lambda d: [d]),
+        ("config.json", lambda d: {**d, "train": [1, 2]}),
+        ("summary.json", lambda d: "done"),
+    ]:
+        path = cell / name
+        original = path.read_bytes()
+        path.write_text(json.dumps(edit(json.loads(original))))
+        before = _tree(store)
+        for args in (("report", str(store)), ("ablate", "-c", config, "--store", str(store))):
+            one_line_error(run_cli(*args), f"corrupt cell file {path}")
+        assert _tree(store) == before
+        path.write_bytes(original)
+    (cell / "cell.json").write_bytes(b"\xff\xfe{")
+    one_line_error(run_cli("report", str(store)), "not UTF-8")

@@ -173,3 +173,15 @@ def test_report_with_a_logit_runaway_rule(run_cli, tmp_path) -> None:
     assert at_20.code == 0, at_20.err
     assert "went above 100 (or was not finite), or the run diverged first by step 20" in at_20.out
     assert "1/1" not in at_20.out and "0/1" in at_20.out
+
+
+def test_plot_folder_that_cannot_be_written_exits_2_before_reading(run_cli, tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    root = fixtures.make_store(tmp_path / "store")
+    blocker = tmp_path / "file"
+    blocker.write_text("keep")
+    for plot in (blocker, blocker / "figures"):
+        result = run_cli("report", str(root), "--plot", str(plot))
+        assert result.code == 2 and len(result.err.strip().splitlines()) == 1, result.err
+        assert "--plot" in result.err and result.out == ""
+    assert blocker.read_text() == "keep"
