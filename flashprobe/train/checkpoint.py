@@ -23,7 +23,7 @@ import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from flashprobe.errors import FlashprobeError
-from flashprobe.reporting.atomic import write_text_atomic
+from flashprobe.reporting.atomic import default_mode, write_text_atomic
 from flashprobe.reporting.render import to_jsonable
 
 CHECKPOINT_DIR = "checkpoints"
@@ -60,12 +60,15 @@ def save_checkpoint(
     final = root / checkpoint_name(step)
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}.", suffix=".tmp"))
     try:
+        tmp.chmod(default_mode(folder=True))  # mkdtemp's 0o700 would hide it from the team
         save_model(model, str(tmp / "model.safetensors"))
         tensors, optimizer_meta = _split_optimizer_state(optimizer.state_dict())
         save_file(tensors, str(tmp / "optimizer.safetensors"))
         state = {"step": step, "optimizer": optimizer_meta, **extra}
         # A diverged run's last checkpoint may hold NaN losses: stored as null (strict JSON).
         (tmp / "state.json").write_text(json.dumps(to_jsonable(state), indent=1, allow_nan=False))
+        for written in tmp.iterdir():  # safetensors writes 0o600
+            written.chmod(default_mode())
         if final.exists():  # rewriting the same step (a resumed run); replace it whole
             shutil.rmtree(final)
         os.replace(tmp, final)

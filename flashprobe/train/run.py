@@ -35,7 +35,7 @@ from flashprobe.data.dataset import TokenDataset, open_dataset
 from flashprobe.data.sampler import BatchSampler, batch_at, rank_share
 from flashprobe.errors import FlashprobeError
 from flashprobe.model.gpt import GPT
-from flashprobe.reporting.atomic import write_text_atomic
+from flashprobe.reporting.atomic import default_mode, write_text_atomic
 from flashprobe.train.checkpoint import (
     Checkpoint,
     latest_checkpoint,
@@ -401,6 +401,7 @@ class _Run:
         final = folder / f"step_{step:07d}.safetensors"
         tmp = folder / f".{final.name}.tmp"
         save_file(tensors, str(tmp), metadata={"step": str(step)})
+        tmp.chmod(default_mode())  # safetensors writes 0o600
         tmp.replace(final)
 
     def _checkpoint(self) -> None:

@@ -4,7 +4,9 @@ failures, branching from the source's checkpoint, captures in the store."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from pathlib import Path
 
 import pytest
@@ -356,3 +358,23 @@ def test_replay_after_the_run_uses_what_finished(tmp_path, make_suite) -> None:
     skipped = replay_finished(store, suite, only_sfa)
     assert skipped.status == "skipped" and "baseline fa2 finished no cell" in skipped.message
     assert replay_finished(store, suite_of(make_suite()), outcomes).status == "skipped"
+
+
+def test_a_shared_store_is_readable_by_the_team(tmp_path, make_suite) -> None:
+    """Every file and folder a run writes has the mode open() and mkdir() give under the umask
+    (group-readable under 0o002/0o022), not mkstemp's 0o600 or mkdtemp's 0o700."""
+    previous = os.umask(0o002)
+    try:
+        raw = make_suite(base={"capture": {"layers": [1], "steps": [2]}})
+        outcomes = run(raw, tmp_path)
+    finally:
+        os.umask(previous)
+    assert [o.status for o in outcomes] == ["done", "done"]
+    modes = {
+        str(p.relative_to(tmp_path)): stat.S_IMODE(p.stat().st_mode) for p in tmp_path.rglob("*")
+    }
+    assert any("checkpoints/step_" in p for p in modes) and any("captures" in p for p in modes)
+    wrong = {
+        p: oct(m) for p, m in modes.items() if m != (0o775 if (tmp_path / p).is_dir() else 0o664)
+    }
+    assert not wrong, sorted(wrong.items())
