@@ -58,8 +58,10 @@ Captures (`run/captures/`, written by experiments.capture under capture.max_byte
 
 Everything is written through temp-file-and-rename (metrics are appended line by line and a torn
 last line is dropped on resume), so a killed run leaves either the old file or the new one,
-never half of one. A finished cell (summary.json present) is skipped; a cell whose run/ holds
-metrics but no summary was interrupted (`flashprobe ablate --resume` continues it).
+never half of one. Every JSON file is strict JSON: a NaN or infinity is null, flagged under
+"_nonfinite" (flashprobe.json_io). A finished cell (summary.json present) is skipped; a cell
+whose run/ holds metrics but no summary was interrupted (`flashprobe ablate --resume` continues
+it).
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flashprobe import json_io
 from flashprobe.errors import FlashprobeError
 from flashprobe.experiments.suite import Cell, cell_key, check_name
 from flashprobe.reporting.atomic import write_text_atomic
@@ -90,6 +93,9 @@ class CellRecord:
     meta: Mapping[str, Any]
     config: Mapping[str, Any]
     summary: Mapping[str, Any] | None
+    #: What reading found wrong with summary.json (a value of the wrong type, read as missing;
+    #: a field that contradicts cell.json); `flashprobe report` lists them in its notes.
+    problems: tuple[str, ...] = ()
 
     @property
     def finished(self) -> bool:
@@ -192,7 +198,10 @@ class ResultStore:
         _check_config(config, path / "config.json")
         if summary is not None and not isinstance(summary, dict):
             raise FlashprobeError(f"corrupt cell file {summary_path}: not a JSON object")
-        return CellRecord(path=path, meta=meta, config=config, summary=summary)
+        problems: list[str] = []
+        if summary is not None:
+            summary = _checked_summary(summary, meta, problems)
+        return CellRecord(path, meta, config, summary, tuple(problems))
 
     def check_root(self) -> None:
         """Refuse a store that is a file (checked before planning, so before any write)."""
@@ -248,6 +257,51 @@ def _check_meta(meta: Any, path: Path) -> None:
             raise FlashprobeError(f"corrupt cell file {path}: point holds {pair!r:.40}")
 
 
+#: summary.json fields readers compute with, and their JSON types (null is allowed).
+_SUMMARY_TYPES: dict[str, tuple[type, ...]] = {
+    "status": (str,),
+    "steps_done": (int,),
+    "final_loss": (int, float),
+    "min_loss": (int, float),
+    "final_val_loss": (int, float),
+    "diverged": (bool,),
+    "diverged_step": (int,),
+    "divergence_rule": (str,),
+    "tokens_per_s": (int, float),
+    "wall_time_s": (int, float),
+}
+#: Fields summary.json repeats from cell.json: they must agree.
+_SHARED_FIELDS = ("suite", "variant", "seed", "point", "key", "code_version", "branch_from",
+                  "branch_step")  # fmt: skip
+
+
+def _checked_summary(
+    summary: dict[str, Any], meta: Mapping[str, Any], problems: list[str]
+) -> dict[str, Any]:
+    """summary.json with values of the wrong type read as missing (None); what was wrong, and
+    where it contradicts cell.json, goes into `problems`."""
+    out = dict(summary)
+    for key, types in _SUMMARY_TYPES.items():
+        value = out.get(key)
+        wrong_bool = isinstance(value, bool) and bool not in types
+        if value is not None and (not isinstance(value, types) or wrong_bool):
+            problems.append(
+                f"summary.json {key} is {type(value).__name__} {value!r:.40} (read as missing)"
+            )
+            out[key] = None
+    for key in _SHARED_FIELDS:
+        if key in out and key in meta and out[key] != meta[key]:
+            problems.append(
+                f"summary.json {key} {out[key]!r:.40} contradicts cell.json {meta[key]!r:.40}"
+            )
+    done, step = out.get("steps_done"), out.get("diverged_step")
+    if out.get("diverged") and step is None:
+        problems.append("summary.json says diverged but gives no diverged_step")
+    if isinstance(done, int) and isinstance(step, int) and not 0 <= step < done:
+        problems.append(f"summary.json diverged_step {step} is outside its {done} steps")
+    return out
+
+
 def _check_config(config: Any, path: Path) -> None:
     if not isinstance(config, dict):
         raise FlashprobeError(f"corrupt cell file {path}: not a JSON object")
@@ -264,12 +318,13 @@ def check_suite_folder(suite: str) -> None:
 
 
 def write_json(path: Path, data: Any) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    """Strict JSON (a NaN is null plus a flag: flashprobe.json_io), atomically."""
+    write_text_atomic(path, json_io.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json_io.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise FlashprobeError(f"missing file in result store: {path}") from None
     except json.JSONDecodeError as exc:

@@ -15,7 +15,7 @@ STORE/<suite>/suite.json (the suite as `flashprobe ablate` last ran it; see suit
 
 from __future__ import annotations
 
-import json
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from flashprobe import json_io
 from flashprobe.errors import FlashprobeError
 from flashprobe.experiments.store import (
     ENVIRONMENT_FILE,
@@ -108,7 +109,7 @@ def read_cells(root: str | Path, suite: str | None = None) -> list[CellView]:
         hint = f"; suites here: {', '.join(known)}" if known else ""
         raise FlashprobeError(f"no suite {suite!r} in result store {root}{hint}")
     cells = [
-        CellView(path=r.path, meta=r.meta, config=r.config, summary=r.summary)
+        CellView(r.path, r.meta, r.config, r.summary, r.problems)
         for r in ResultStore(root).records(suite)
     ]
     for cell in cells:
@@ -132,23 +133,95 @@ def suite_dir(cell: CellView) -> Path:
 
 # -- training output ------------------------------------------------------------------------
 def read_metrics(cell: CellView) -> list[dict[str, Any]]:
-    """run/metrics.jsonl records ([] when absent); a torn last line (a run killed mid-write)
-    is dropped, a corrupt line elsewhere is an error."""
-    path = cell.run_dir / METRICS_FILE
+    """run/metrics.jsonl records ([] when absent): the lines that are JSON objects with an
+    integer step, NaN restored (flashprobe.json_io). A corrupt line (a run killed mid-write
+    tears the last one) is left out; `metrics_problems` says which."""
+    return _scan_metrics(cell.run_dir / METRICS_FILE)[0]
+
+
+def _scan_metrics(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
+    """(the good records, the 1-based numbers of the corrupt lines)."""
     if not path.is_file():
-        return []
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    out = []
-    for i, line in enumerate(lines):
+        return [], []
+    try:
+        blob = path.read_bytes()
+    except OSError as exc:
+        raise FlashprobeError(f"cannot read {path}: {exc.strerror}") from None
+    records, corrupt = [], []
+    for number, raw in enumerate(blob.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:
-                break
-            raise FlashprobeError(f"corrupt JSON in result store: {path} (line {i + 1})") from None
-        if isinstance(record, dict):
-            out.append(record)
-    return out
+            record = json_io.loads(raw.decode("utf-8"))
+        except ValueError:  # JSONDecodeError and UnicodeDecodeError
+            corrupt.append(number)
+            continue
+        step = record.get("step") if isinstance(record, dict) else None
+        if not isinstance(step, int) or isinstance(step, bool):
+            corrupt.append(number)
+            continue
+        records.append(record)
+    return records, corrupt
+
+
+def metrics_problems(cell: CellView) -> list[str]:
+    """What is wrong with a cell's run/metrics.jsonl: corrupt lines (but an unfinished run's
+    torn last line), steps logged twice or out of order, logged steps missing (by the config's
+    metrics.log_every, from the run's first step to its summary's steps_done), records past
+    steps_done, a finished run with no records."""
+    path = cell.run_dir / METRICS_FILE
+    records, corrupt = _scan_metrics(path)
+    name = str(path.relative_to(cell.path))
+    problems = []
+    if corrupt and not cell.finished and path.is_file():
+        last = len(path.read_bytes().rstrip(b"\n").split(b"\n"))
+        corrupt = [n for n in corrupt if n != last]  # the kill's torn line, redone on resume
+    if corrupt:
+        problems.append(f"{name}: {_count(len(corrupt), 'corrupt line')} ({_first(corrupt)})")
+    steps = [r["step"] for r in records]
+    repeated = sorted({s for s in steps if steps.count(s) > 1})
+    if repeated:
+        twice = _count(len(repeated), "step")
+        problems.append(f"{name}: {twice} logged twice ({_first(repeated)})")
+    if any(b < a for a, b in itertools.pairwise(steps)):
+        problems.append(f"{name}: steps out of order")
+    metrics = cell.config.get("metrics") or {}
+    every = metrics.get("log_every", 1)
+    done = (cell.summary or {}).get("steps_done")
+    end = done if isinstance(done, int) else (max(steps) + 1 if steps else None)
+    if cell.finished and not records and isinstance(done, int) and done > 0 and every == 1:
+        problems.append(f"{name}: empty, but summary.json says {done} steps were done")
+    elif end is not None and isinstance(every, int) and every > 0:
+        start = cell.meta.get("branch_step") or 0
+        expected = {s for s in range(start, end) if (s + 1) % every == 0 or s == end - 1}
+        missing = sorted(expected - set(steps))
+        if missing and records:
+            problems.append(f"{name}: {_count(len(missing), 'step')} missing ({_first(missing)})")
+        beyond = [s for s in steps if s >= end]
+        if beyond and isinstance(done, int):
+            problems.append(f"{name}: steps past summary.json's steps_done {done} ({beyond[0]})")
+    return problems
+
+
+def store_notes(cells: Sequence[CellView], shown: int = 10) -> list[str]:
+    """One note per inconsistent cell (summary.json and metrics checks), at most `shown`."""
+    found = []
+    for cell in cells:
+        problems = [*cell.problems, *metrics_problems(cell)]
+        if problems:
+            found.append(f"store check: {cell.name}: {'; '.join(problems)}")
+    if len(found) > shown:
+        found = [*found[:shown], f"store check: and {len(found) - shown} more cells"]
+    return found
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _first(values: Sequence[int], shown: int = 3) -> str:
+    head = ", ".join(str(v) for v in values[:shown])
+    return f"first: {head} ..." if len(values) > shown else head
 
 
 def attention_maxima(
@@ -159,10 +232,14 @@ def attention_maxima(
     layers = (record.get("attention") or {}).values()
     out = {}
     for name in names:
-        values = [v for layer in layers for v in layer.get(name) or [] if v is not None]
+        values = [v for layer in layers for v in layer.get(name) or [] if _finite(v)]
         if values:
             out[name] = float(max(values))
     return out
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
 
 
 def capture_files(cell: CellView) -> list[tuple[int, Path]]:

@@ -11,7 +11,6 @@ The RNG needs no saving: the loop reseeds torch from (seed, step) at every step.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -22,6 +21,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
+from flashprobe import json_io
 from flashprobe.errors import FlashprobeError
 from flashprobe.reporting.atomic import default_mode, write_text_atomic
 from flashprobe.reporting.render import to_jsonable
@@ -65,8 +65,8 @@ def save_checkpoint(
         tensors, optimizer_meta = _split_optimizer_state(optimizer.state_dict())
         save_file(tensors, str(tmp / "optimizer.safetensors"))
         state = {"step": step, "optimizer": optimizer_meta, **extra}
-        # A diverged run's last checkpoint may hold NaN losses: stored as null (strict JSON).
-        (tmp / "state.json").write_text(json.dumps(to_jsonable(state), indent=1, allow_nan=False))
+        # A diverged run's last checkpoint may hold NaN losses: null plus a flag (strict JSON).
+        (tmp / "state.json").write_text(json_io.dumps(state, indent=1, default=to_jsonable))
         for written in tmp.iterdir():  # safetensors writes 0o600
             written.chmod(default_mode())
         if final.exists():  # rewriting the same step (a resumed run); replace it whole
@@ -103,7 +103,7 @@ def find_checkpoint(path: Path) -> Path:
 def read_checkpoint(path: Path) -> Checkpoint:
     path = find_checkpoint(path)
     try:
-        state = json.loads((path / "state.json").read_text())
+        state = json_io.loads((path / "state.json").read_text())
     except (OSError, ValueError):
         raise FlashprobeError(f"unreadable checkpoint state: {path / 'state.json'}") from None
     return Checkpoint(path, int(state["step"]), state)

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from flashprobe import json_io
 from flashprobe.model.gpt import GPT
 from flashprobe.reporting.atomic import write_text_atomic
 from flashprobe.reporting.render import to_jsonable
@@ -45,7 +46,7 @@ class JsonlLog:
         self._handle = path.open("a", encoding="utf-8")
 
     def write(self, record: dict[str, Any]) -> None:
-        self._handle.write(json.dumps(to_jsonable(record), allow_nan=False) + "\n")
+        self._handle.write(json_io.dumps(record, default=to_jsonable) + "\n")
         self._handle.flush()
 
     def close(self) -> None:
@@ -67,4 +68,4 @@ def truncate_jsonl(path: Path, before_step: int) -> None:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    return [json_io.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]

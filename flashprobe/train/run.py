@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import time
@@ -31,6 +30,7 @@ import torch
 from safetensors.torch import save_file
 from torch.nn.parallel import DistributedDataParallel
 
+from flashprobe import json_io
 from flashprobe.data.dataset import TokenDataset, open_dataset
 from flashprobe.data.sampler import BatchSampler, batch_at, rank_share
 from flashprobe.errors import FlashprobeError
@@ -208,7 +208,7 @@ class _Run:
         saved_path = self.out_dir / "config.json"
         if not saved_path.is_file():
             return
-        saved = json.loads(saved_path.read_text())["config"]
+        saved = json_io.loads(saved_path.read_text())["config"]
         for key, (old, new) in _differences(saved, self.config.to_dict()).items():
             if key not in RESUMABLE_KEYS:
                 raise FlashprobeError(
@@ -248,7 +248,7 @@ class _Run:
             "start_step": self.state.step,
         }
         if not (self.out_dir / "config.json").exists() or self.state.step == 0:
-            write_text_atomic(self.out_dir / "config.json", json.dumps(record, indent=1) + "\n")
+            write_text_atomic(self.out_dir / "config.json", json_io.dumps(record, indent=1) + "\n")
 
     # -- the loop --------------------------------------------------------------------------------
     def _loop(self) -> RunSummary:
@@ -292,7 +292,7 @@ class _Run:
         summary = self._summary()
         if self.dist.is_main:
             write_text_atomic(
-                self.out_dir / "summary.json", json.dumps(summary.to_dict(), indent=1) + "\n"
+                self.out_dir / "summary.json", json_io.dumps(summary.to_dict(), indent=1) + "\n"
             )
         return summary
 

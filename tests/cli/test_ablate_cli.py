@@ -351,7 +351,7 @@ def test_a_failed_shard_process_makes_the_run_exit_1(tmp_path, run_cli) -> None:
     log = store / "tiny" / "logs" / "shard-1-of-2.log"
     assert "shard 1/2: FAILED (exit 1) after" in result.err
     assert f"1 of 2 shard processes failed (shard 1/2); see {log};" in result.err
-    assert "FileExistsError" in log.read_text()
+    assert f"flashprobe: error: File exists: {store / 'tiny' / seed1}" in log.read_text()
     assert result.out == ""  # no table: the cells are not all done
     summary = json.loads((store / "tiny" / seed0 / "summary.json").read_text())
     assert summary["status"] == "done"  # the other shard finished its cell

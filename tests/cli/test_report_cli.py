@@ -185,3 +185,22 @@ def test_plot_folder_that_cannot_be_written_exits_2_before_reading(run_cli, tmp_
         assert result.code == 2 and len(result.err.strip().splitlines()) == 1, result.err
         assert "--plot" in result.err and result.out == ""
     assert blocker.read_text() == "keep"
+
+
+def test_report_lists_what_is_inconsistent_in_the_store(run_cli, tmp_path) -> None:
+    root = fixtures.make_store(tmp_path / "store")
+    clean = run_cli("report", str(root))
+    assert clean.code == 0, clean.err
+    assert "store check" not in clean.out
+    cells = sorted((root / "planted").glob("*--*"))
+    metrics = cells[0] / "run" / "metrics.jsonl"
+    metrics.write_text(metrics.read_text() + metrics.read_text().splitlines()[-1] + "\n")
+    summary = json.loads((cells[1] / "summary.json").read_text())
+    (cells[1] / "summary.json").write_text(json.dumps({**summary, "final_loss": "NaN"}))
+    result = run_cli("report", str(root))
+    assert result.code == 0, result.err
+    notes = result.out.split("Notes\n-----\n")[1]
+    assert f"store check: {cells[0].name}: run/metrics.jsonl: 1 step logged twice (3)" in notes
+    assert f"store check: {cells[1].name}: summary.json final_loss is str 'NaN'" in notes
+    document = json.loads(run_cli("report", str(root), "--format", "json").out)
+    assert sum("store check" in n for n in document[0]["notes"]) == 2

@@ -11,6 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from flashprobe import json_io
 from flashprobe.errors import FlashprobeError
 from flashprobe.model import GPT
 from flashprobe.train import train_run
@@ -256,8 +257,17 @@ def test_nan_attention_output_is_a_divergence_not_a_crash(tmp_path, make_config,
     assert summary.steps_done < 12
     state_files = list((tmp_path / "run" / "checkpoints").glob("step_*/state.json"))
     assert state_files
-    for path in state_files:
-        json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"non-strict {c}"))
+    written = [*(tmp_path / "run").rglob("*.json"), *(tmp_path / "run").rglob("*.jsonl")]
+    for path in written:  # strict JSON everywhere: no NaN / Infinity tokens
+        texts = path.read_text().splitlines() if path.suffix == ".jsonl" else [path.read_text()]
+        for text in texts:
+            json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict {c}"))
+    # ... and the NaN is flagged, so it reads back as the NaN it was, not as "no value"
+    raw = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert raw["final_loss"] is None and raw["_nonfinite"] == {"/final_loss": "NaN"}
+    assert math.isnan(json_io.loads((tmp_path / "run" / "summary.json").read_text())["final_loss"])
+    last = read_jsonl(tmp_path / "run" / "metrics.jsonl")[-1]
+    assert math.isnan(last["loss"]) and last["divergence"]["rule"] == "nonfinite"
 
 
 @pytest.mark.parametrize("deterministic", [True, False])
