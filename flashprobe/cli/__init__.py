@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> None:
         result = app(args=argv, standalone_mode=False, prog_name="flashprobe")
     except FlashprobeError as exc:
         error(str(exc))
+    except KeyboardInterrupt:
+        typer.echo("flashprobe: interrupted", err=True)
+        raise SystemExit(130) from None
     except OSError as exc:  # a full disk, a vanished folder: one line, not a traceback
         where = f": {exc.filename}" if exc.filename else ""
         typer.echo(f"flashprobe: error: {exc.strerror or exc}{where}", err=True)

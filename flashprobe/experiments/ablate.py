@@ -91,6 +91,7 @@ from flashprobe.experiments.cell_config import (
     normalise_cell_config,
     resolve_cell_config,
 )
+from flashprobe.experiments.cell_lock import CellBusy, cell_lock, lock_holder
 from flashprobe.experiments.extension import Extension, ExtensionIndex, copy_run
 from flashprobe.experiments.failure import FailureRule
 from flashprobe.experiments.store import (
@@ -113,7 +114,8 @@ from flashprobe.train.checkpoint import checkpoint_name, latest_checkpoint
 from flashprobe.train.checkpoint import checkpoint_step as step_of
 from flashprobe.train.config import LoopConfig
 
-Action = Literal["run", "skip", "resume", "restart", "extend"]
+#: busy: another process holds the cell's lock (experiments.cell_lock) as the suite is planned
+Action = Literal["run", "skip", "resume", "restart", "extend", "busy"]
 Status = Literal["done", "cached", "failed", "not_run"]
 
 
@@ -130,6 +132,7 @@ class PlannedCell:
     source: int | None = None  # run-order index of the branch source
     checkpoint_step: int | None = None  # an interrupted or extended run's latest checkpoint
     extends: Extension | None = None  # the finished shorter run this cell continues
+    holder: str | None = None  # action busy: who holds the cell's lock
 
     @property
     def run_dir(self) -> Path:
@@ -393,9 +396,11 @@ def plan_suite(
     for index, cell in enumerate(run_order(suite.cells)):
         path = store.cell_dir(cell, version)
         action: Action = "run"
-        checkpoint_step, extends = None, None
+        checkpoint_step, extends, holder = None, None, None
         if store.is_finished(cell, version):
             action = "skip"
+        elif (holder := lock_holder(path)) is not None:
+            action = "busy"  # live in another process: neither interrupted nor to be run here
         elif store.is_interrupted(cell, version):
             found = latest_checkpoint(path / RUN_DIR)
             checkpoint_step = step_of(found) if found else None
@@ -412,6 +417,7 @@ def plan_suite(
             source=index_of.get((cell.branch_from, cell.group)) if cell.branch_from else None,
             checkpoint_step=checkpoint_step,
             extends=extends,
+            holder=holder,
         )
         if action in ("resume", "restart") and not (resume or restart):
             interrupted.append(planned)
@@ -496,8 +502,6 @@ def _run_cell(
     dist: Any,
     events: SuiteEvents,
 ) -> CellOutcome:
-    from flashprobe.train.run import train_run
-
     cell = planned.cell
     if planned.action == "skip":
         return CellOutcome(planned, "cached", read_json(planned.path / SUMMARY))
@@ -511,6 +515,68 @@ def _run_cell(
             start_from = source.planned.run_dir / "checkpoints" / checkpoint_name(cell.branch_step)
             if not (start_from / "state.json").is_file():
                 return CellOutcome(planned, "not_run", message=_unreachable(source, cell))
+    with _single_writer(planned, dist) as refused:
+        if refused is not None:
+            return refused
+        return _train_cell(planned, source, start_from, store, version, env, dist, events)
+
+
+@contextlib.contextmanager
+def _single_writer(planned: PlannedCell, dist: Any) -> Iterator[CellOutcome | None]:
+    """Hold the cell's lock (rank 0) while the block trains it; yields the outcome instead when
+    it must not train here: another process holds the lock, or the cell changed since it was
+    planned (finished meanwhile: cached; started and stopped by another process: not run)."""
+    with contextlib.ExitStack() as held:
+        refused = None
+        if dist.is_main:
+            try:
+                held.enter_context(cell_lock(planned.path))
+            except CellBusy as exc:
+                refused = CellOutcome(planned, "not_run", message=f"busy: {exc}")
+            else:
+                refused = _changed_since_planned(planned)
+        if dist.world_size > 1:  # every rank must skip the cell, or none
+            import torch
+
+            flag = torch.tensor(float(refused is not None), device=dist.device)
+            if float(dist.mean(flag)) > 0 and refused is None:
+                refused = CellOutcome(planned, "not_run", message="refused on rank 0")
+        yield refused
+
+
+def _changed_since_planned(planned: PlannedCell) -> CellOutcome | None:
+    if (planned.path / SUMMARY).is_file():
+        return CellOutcome(planned, "cached", read_json(planned.path / SUMMARY))
+    if planned.action == "busy":
+        return CellOutcome(
+            planned,
+            "not_run",
+            message=f"another process was writing it as this run started ({planned.holder}) "
+            "and stopped before it finished; rerun (with --resume to continue it)",
+        )
+    if planned.action == "run" and (planned.run_dir / "metrics.jsonl").is_file():
+        return CellOutcome(
+            planned,
+            "not_run",
+            message="another process started it meanwhile and stopped; rerun with --resume "
+            "or --restart",
+        )
+    return None
+
+
+def _train_cell(
+    planned: PlannedCell,
+    source: CellOutcome | None,
+    start_from: Path | None,
+    store: ResultStore,
+    version: str,
+    env: Mapping[str, Any],
+    dist: Any,
+    events: SuiteEvents,
+) -> CellOutcome:
+    from flashprobe.train.run import train_run
+
+    cell = planned.cell
     events.cell_started(planned)
     extends = planned.extends  # planned only when its checkpoint exists: always a resume
     resume = extends is not None or (

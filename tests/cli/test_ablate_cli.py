@@ -4,11 +4,17 @@ end to end; finished cells are skipped; interrupted cells need --resume or --res
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+
+from flashprobe.train.metrics import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = {
@@ -428,3 +434,38 @@ def test_hand_edited_cell_files_are_one_line_errors_and_stay_as_they_are(tmp_pat
         path.write_bytes(original)
     (cell / "cell.json").write_bytes(b"\xff\xfe{")
     one_line_error(run_cli("report", str(store)), "not UTF-8")
+
+
+def test_two_processes_on_one_cell_never_train_it_twice(tmp_path, run_cli) -> None:
+    """A second `ablate` on the same store, plain, with --resume or with --restart, leaves the
+    cell the first process trains alone (one line names the holder; exit 1), deletes none of
+    its output, and once the first is done finds the cell finished: every step logged once."""
+    raw = {**TINY, "variants": {"fa2": {}}}
+    raw["base"] = {**TINY["base"], "train": {**TINY["base"]["train"], "steps": 12}}
+    config, store = write(tmp_path, raw), tmp_path / "store"
+    plan = run_cli("ablate", "-c", config, "--store", str(store), "--dry-run", "--format", "json")
+    cell = store / "tiny" / json.loads(plan.out)[0]["cell"]
+    metrics = cell / "run" / "metrics.jsonl"
+    command = [sys.executable, "-m", "flashprobe", "ablate", "-c", config, "--store", str(store)]
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not (metrics.is_file() and metrics.read_bytes().count(b"\n") >= 2):
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.01)
+        first.send_signal(signal.SIGSTOP)  # frozen mid-run, holding the cell
+        before = {p: p.read_bytes() for p in cell.rglob("*") if p.is_file() and p.name != ".lock"}
+        for flags in ((), ("--resume",), ("--restart",)):
+            second = run_cli("ablate", "-c", config, "--store", str(store), *flags)
+            assert second.code == 1, second.err
+            line = f"fa2/seed0: not run: busy: another process is writing it (pid {first.pid} on "
+            assert line in second.out
+        after = {p: p.read_bytes() for p in cell.rglob("*") if p.is_file() and p.name != ".lock"}
+        assert after == before
+    finally:
+        first.send_signal(signal.SIGCONT)
+        _, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    assert [r["step"] for r in read_jsonl(metrics)] == list(range(12))
+    third = run_cli("ablate", "-c", config, "--store", str(store), "--format", "json")
+    assert third.code == 0 and [c["status"] for c in json.loads(third.out)["cells"]] == ["cached"]

@@ -25,6 +25,7 @@ from flashprobe.experiments.ablate import (
     shard_numbers,
 )
 from flashprobe.experiments.cell_config import normalise_cell_config
+from flashprobe.experiments.cell_lock import cell_lock
 from flashprobe.experiments.store import ResultStore
 from flashprobe.experiments.suite import expand_suite
 from flashprobe.train.metrics import read_jsonl
@@ -378,3 +379,52 @@ def test_a_shared_store_is_readable_by_the_team(tmp_path, make_suite) -> None:
         p: oct(m) for p, m in modes.items() if m != (0o775 if (tmp_path / p).is_dir() else 0o664)
     }
     assert not wrong, sorted(wrong.items())
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    """Every file's bytes, but the lock's (it names its latest holder)."""
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and p.name != ".lock"
+    }
+
+
+def test_a_cell_another_process_writes_is_left_alone(tmp_path, make_suite) -> None:
+    """While a cell's lock is held elsewhere, no flag (run, --resume, --restart) trains it or
+    deletes its output; once free, a finished cell is read back and an abandoned one needs
+    --resume or --restart."""
+    raw = make_suite()
+    raw["variants"] = {"fa2": {}}
+    with pytest.raises(KeyboardInterrupt):
+        run(raw, tmp_path, events=Recorder(at=("fa2/seed0", 5)))
+    store = ResultStore(tmp_path)
+    cell = plan_suite(suite_of(raw), store, version="test", resume=True)[0]
+    before = _files(cell.path)
+    with cell_lock(cell.path):  # as another process would hold it
+        for flags in ({}, {"resume": True}, {"restart": True}):
+            plan = plan_suite(suite_of(raw), store, version="test", **flags)
+            assert [p.action for p in plan] == ["busy"]
+            assert plan[0].holder.startswith(f"pid {os.getpid()} ")
+            (outcome,) = run_plan(plan, store, version="test")
+            assert outcome.status == "not_run"
+            assert outcome.message.startswith("busy: another process is writing it (pid ")
+            assert _files(cell.path) == before
+        # the holder stops without finishing: a plan made meanwhile does not take the cell over
+        stale = plan_suite(suite_of(raw), store, version="test", restart=True)
+    (outcome,) = run_plan(stale, store, version="test")
+    assert outcome.status == "not_run" and "rerun (with --resume to continue it)" in outcome.message
+    assert _files(cell.path) == before
+    (resumed,) = run(raw, tmp_path, resume=True)
+    assert resumed.status == "done" and resumed.summary["resumed_from_step"] == 4
+
+
+def test_a_cell_finished_elsewhere_after_planning_is_read_back(tmp_path, make_suite) -> None:
+    raw = make_suite()
+    store = ResultStore(tmp_path / "b")
+    plan = plan_suite(suite_of(raw), store, version="test")
+    done = run(raw, tmp_path / "b")  # "another process" finishes both cells first
+    events = Recorder()
+    again = run_plan(plan, store, version="test", events=events)
+    assert [o.status for o in again] == ["cached", "cached"] and events.steps == []
+    assert [o.summary["final_loss"] for o in again] == [o.summary["final_loss"] for o in done]
