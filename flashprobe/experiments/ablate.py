@@ -46,9 +46,13 @@ that checkpoint (weights, optimizer, divergence state) and continues on the iden
 data must match. branch.step 0 starts from the seed's initial weights (no checkpoint needed).
 The runner runs each source before the cells that branch from it.
 
-Interrupted cells (run/ holds metrics, no summary): --resume continues each from its latest
-checkpoint (from scratch, or from the branch source, when it saved none); --restart deletes its
-training output and starts it over; with neither the suite is refused before anything runs.
+Interrupted cells (run/ holds metrics, no summary): --resume continues each from its newest
+intact checkpoint that its logs reach intact (train.checkpoint.resume_point: a damaged newer
+checkpoint or log line is named in the run's summary line and summary.json's resume_notes; from
+scratch, or from the branch source, when none is left); --restart deletes its training output
+and starts it over; with neither the suite is refused before anything runs. A cell is written
+by one process at a time (experiments.cell_lock): one another process holds is planned "busy"
+and left alone.
 A new cell that is a finished cell run to a longer horizon (the same config but train.steps,
 same code; a branched cell's from the same branch point) continues a copy of that run from its
 final checkpoint (action "extend"; experiments.extension says when that equals a run from
@@ -110,8 +114,7 @@ from flashprobe.experiments.suite import (
     load_suite,
     set_dotted,
 )
-from flashprobe.train.checkpoint import checkpoint_name, latest_checkpoint
-from flashprobe.train.checkpoint import checkpoint_step as step_of
+from flashprobe.train.checkpoint import checkpoint_name, resume_point
 from flashprobe.train.config import LoopConfig
 
 #: busy: another process holds the cell's lock (experiments.cell_lock) as the suite is planned
@@ -402,8 +405,8 @@ def plan_suite(
         elif (holder := lock_holder(path)) is not None:
             action = "busy"  # live in another process: neither interrupted nor to be run here
         elif store.is_interrupted(cell, version):
-            found = latest_checkpoint(path / RUN_DIR)
-            checkpoint_step = step_of(found) if found else None
+            point = resume_point(path / RUN_DIR)
+            checkpoint_step = point.step if point.checkpoint is not None else None
             action = "resume" if resume else "restart"
         elif (extends := shorter_runs.find(cell)) is not None:
             action, checkpoint_step = "extend", extends.checkpoint_step
@@ -579,9 +582,10 @@ def _train_cell(
     cell = planned.cell
     events.cell_started(planned)
     extends = planned.extends  # planned only when its checkpoint exists: always a resume
-    resume = extends is not None or (
-        planned.action == "resume" and latest_checkpoint(planned.run_dir) is not None
-    )
+    # The newest intact checkpoint (read now, under the lock): none left starts the run over
+    point = resume_point(planned.run_dir) if planned.action == "resume" else None
+    resume = extends is not None or (point is not None and point.checkpoint is not None)
+    resumed_from = point.step if point is not None else planned.checkpoint_step
     if dist.is_main:
         extra = {
             "source_key": source.planned.key if source else None,
@@ -636,7 +640,8 @@ def _train_cell(
         "branch_from": cell.branch_from,
         "branch_step": cell.branch_step,
         "source_key": source.planned.key if source else None,
-        "resumed_from_step": planned.checkpoint_step if resume else None,
+        "resumed_from_step": resumed_from if resume else None,
+        "resume_notes": list(point.notes) if point is not None else [],
         "extended_from": extends.key if extends else None,
         "environment": dict(env),
         "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -644,7 +649,8 @@ def _train_cell(
     if dist.is_main:
         store.finish(planned.path, summary)
     dist.barrier()
-    return CellOutcome(planned, "done", summary)
+    # Said in the run's summary lines: a damaged checkpoint or log line cost recomputed steps
+    return CellOutcome(planned, "done", summary, message=point.describe() if point else None)
 
 
 class _StepMeter:

@@ -428,3 +428,27 @@ def test_a_cell_finished_elsewhere_after_planning_is_read_back(tmp_path, make_su
     again = run_plan(plan, store, version="test", events=events)
     assert [o.status for o in again] == ["cached", "cached"] and events.steps == []
     assert [o.summary["final_loss"] for o in again] == [o.summary["final_loss"] for o in done]
+
+
+def test_resume_skips_a_damaged_checkpoint_and_says_so(tmp_path, make_suite) -> None:
+    raw = make_suite(base={"train": {"steps": 12}})
+    raw["variants"] = {"fa2": {}}
+    (whole,) = run(raw, tmp_path / "whole")
+    with pytest.raises(KeyboardInterrupt):  # checkpoints at 4 and 8
+        run(raw, tmp_path / "parts", events=Recorder(at=("fa2/seed0", 9)))
+    store = ResultStore(tmp_path / "parts")
+    (planned,) = plan_suite(suite_of(raw), store, version="test", resume=True)
+    model = planned.run_dir / "checkpoints" / "step_0000008" / "model.safetensors"
+    model.write_bytes(model.read_bytes()[:-64])  # a torn copy, a disk error
+    (replanned,) = plan_suite(suite_of(raw), store, version="test", resume=True)
+    assert replanned.checkpoint_step == 4  # not 8 (damaged), and not 0 either
+    events = Recorder()
+    (resumed,) = run_plan([replanned], store, version="test", events=events)
+    assert events.steps == [("fa2/seed0", s) for s in range(4, 12)]
+    assert resumed.summary["resumed_from_step"] == 4
+    assert resumed.message == (
+        "resumed from step 4, not step 8: checkpoint step_0000008 is damaged "
+        "(model.safetensors does not match its checksum)"
+    )
+    assert losses(resumed) == losses(whole)
+    assert resumed.summary["final_loss"] == whole.summary["final_loss"]

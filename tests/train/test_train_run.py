@@ -291,3 +291,21 @@ def test_same_config_and_seed_repeat_exactly_on_cuda(tmp_path, make_config) -> N
     train_run(config, tmp_path / "a")
     train_run(config, tmp_path / "b")
     assert losses(tmp_path / "a") == losses(tmp_path / "b")
+
+
+def test_resume_recomputes_what_a_damaged_log_line_hides(tmp_path, make_config) -> None:
+    """A corrupt line mid metrics.jsonl: the resume goes back to the checkpoint before it and
+    recomputes, so no step is missing and the losses are the uninterrupted run's."""
+    config = make_config(train={"checkpoint_every": 4})
+    train_run(config, tmp_path / "whole")
+    with pytest.raises(Interrupted):
+        train_run(config, tmp_path / "parts", progress=interrupt_after(9))  # checkpoint at 8
+    path = tmp_path / "parts" / "metrics.jsonl"
+    lines = path.read_text().splitlines()
+    lines[5] = "{garbage"
+    path.write_text("\n".join(lines) + "\n")
+    summary = train_run(config, tmp_path / "parts", resume=True)
+    (note,) = summary.resume_notes
+    assert note == "metrics.jsonl line 6 is damaged (steps from 5 are recomputed)"
+    assert losses(tmp_path / "parts") == losses(tmp_path / "whole")
+    assert [r["step"] for r in read_jsonl(path)] == list(range(12))
