@@ -13,8 +13,8 @@ Suite YAML schema (expansion: experiments.suite; cell config: experiments.cell_c
       optimizer:  {name: adamw|muon, lr, betas, eps, weight_decay, muon_*}
       schedule:   {kind: cosine|constant, warmup_steps, decay_steps, min_lr}
       train:      {steps, batch_size, micro_batch_size, precision: bf16|fp32, grad_clip,
-                   device: auto|cpu|cuda, allow_tf32, checkpoint_every, checkpoint_final,
-                   keep_checkpoints}
+                   device: auto|cpu|cuda, allow_tf32, cpu_threads, checkpoint_every,
+                   checkpoint_final, keep_checkpoints}
       divergence: {nonfinite, rise_factor, rise_margin, rise_window, spike_sigma, spike_window,
                    patience, min_step, stop}
       metrics:    {log_every, eval_every, eval_batches, spectral_every, attention_stats_every}

@@ -11,9 +11,10 @@ and written suite.json; it then starts N children, child k being
 a branched cell runs after its source in the same child; single cells when it does not). They
 share the store (one folder per cell, atomic writes); child k's stdout and stderr go to
 STORE/<suite>/logs/shard-k-of-N.log. A shard with nothing to train is not started. Each child
-gets 1/N of the CPU cores for its threads
-(OMP_NUM_THREADS, unless set). On Ctrl-C the children are stopped (see `stop`): their
-unfinished cells stay resumable with --resume.
+gets 1/N of the CPU cores (OMP_NUM_THREADS, unless set) for what it runs besides training: a
+cell trains with its own train.cpu_threads however it is run, so --jobs changes no number. On
+Ctrl-C the children are stopped (see `stop`): their unfinished cells stay resumable with
+--resume.
 
 The children die with the parent, however it dies (kill -9 included): on Linux the kernel sends
 each SIGTERM when the parent goes (prctl PR_SET_PDEATHSIG), and each child also watches its

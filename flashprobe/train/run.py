@@ -21,7 +21,7 @@ import dataclasses
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -133,11 +133,24 @@ def train_run(
     if resume and start_from is not None:
         raise FlashprobeError("pass either resume or start_from, not both")
     out_dir = Path(out_dir)
-    dist = setup_distributed(config.train.device)
+    with cpu_threads(config.train.cpu_threads):
+        dist = setup_distributed(config.train.device)
+        try:
+            return _Run(config, out_dir, dist, progress, capture).execute(resume, start_from)
+        finally:
+            dist.close()
+
+
+@contextlib.contextmanager
+def cpu_threads(count: int) -> Iterator[None]:
+    """PyTorch's CPU thread count pinned for the block (train.cpu_threads), then restored: a
+    run's numbers must not depend on how many cores a process was given (--jobs, a scheduler)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
     try:
-        return _Run(config, out_dir, dist, progress, capture).execute(resume, start_from)
+        yield
     finally:
-        dist.close()
+        torch.set_num_threads(before)
 
 
 class _Run:
@@ -250,6 +263,7 @@ class _Run:
             "micro_batch_size": self.micro_batch,
             "accumulation": self.accumulation,
             "device": str(self.dist.device),
+            "cpu_threads": torch.get_num_threads(),
             "torch": torch.__version__,
             "branched_from": self.branched_from,
             "start_step": self.state.step,

@@ -4,6 +4,8 @@ end to end; finished cells are skipped; interrupted cells need --resume or --res
 from __future__ import annotations
 
 import json
+import os
+import random
 import signal
 import subprocess
 import sys
@@ -14,6 +16,7 @@ import numpy as np
 import pytest
 import yaml
 
+from flashprobe.experiments.ablate import code_version
 from flashprobe.train.metrics import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -469,3 +472,75 @@ def test_two_processes_on_one_cell_never_train_it_twice(tmp_path, run_cli) -> No
     assert [r["step"] for r in read_jsonl(metrics)] == list(range(12))
     third = run_cli("ablate", "-c", config, "--store", str(store), "--format", "json")
     assert third.code == 0 and [c["status"] for c in json.loads(third.out)["cells"]] == ["cached"]
+
+
+def _sensitive_suite() -> dict:
+    """One cell whose CPU sums split differently over 1 and 2 threads (on the 2-core CI machine
+    its numbers part at step 4 when the threads are not pinned), checkpointed every 2 steps."""
+    raw = json.loads(json.dumps({**TINY, "variants": {"fa2": {}}}))
+    base = raw["base"]
+    base["model"]["block_size"] = 64
+    base["optimizer"] = {"lr": 3e-3}
+    base["train"].update(steps=10, batch_size=8, checkpoint_every=2)
+    base["metrics"] = {"eval_every": 5, "eval_batches": 1, "spectral_every": 5,
+                       "attention_stats_every": 5}  # fmt: skip
+    return raw
+
+
+def _run_numbers(store: Path) -> tuple[list[dict], dict, bytes]:
+    """(metrics records without timings, the summary's numbers, the final weights)."""
+    (cell,) = (store / "tiny").glob("fa2--*")
+    records = [
+        {k: v for k, v in r.items() if k not in ("tokens_per_s", "time_s")}
+        for r in read_jsonl(cell / "run" / "metrics.jsonl")
+    ]
+    summary = json.loads((cell / "summary.json").read_text())
+    keys = ("steps_done", "final_loss", "min_loss", "final_val_loss", "diverged", "key")
+    weights = (cell / "run" / "checkpoints" / "step_0000010" / "model.safetensors").read_bytes()
+    return records, {k: summary[k] for k in keys}, weights
+
+
+def test_a_kill_at_a_random_step_resumes_bit_identically(tmp_path, run_cli) -> None:
+    """kill -9 at a random moment of a one-thread shard-like process, then --resume here (every
+    core), and an interruption here resumed in a one-thread process: both give the metrics,
+    summary and final weights of an uninterrupted run, to the bit."""
+    from flashprobe.experiments.ablate import SuiteEvents, plan_suite, prepare_suite, run_plan
+    from flashprobe.experiments.store import ResultStore
+
+    config = write(tmp_path, _sensitive_suite())
+    command = [sys.executable, "-m", "flashprobe", "ablate", "-c", config, "--format", "json"]
+    one_thread = {**os.environ, "OMP_NUM_THREADS": "1"}  # what a --jobs process gets
+    whole = run_cli("ablate", "-c", config, "--store", str(tmp_path / "whole"))
+    assert whole.code == 0, whole.err
+    expected = _run_numbers(tmp_path / "whole")
+    rng = random.Random()
+    lines = rng.randrange(1, 10)  # killed once this many steps are logged (mid-step after)
+
+    store = tmp_path / "killed"
+    child = subprocess.Popen([*command, "--store", str(store)], env=one_thread)
+    deadline = time.monotonic() + 120
+    metrics = None
+    while metrics is None or metrics.read_bytes().count(b"\n") < lines:
+        assert child.poll() is None and time.monotonic() < deadline, f"finished before {lines}"
+        metrics = next((store / "tiny").glob("fa2--*/run/metrics.jsonl"), None)
+        time.sleep(0.002)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    resumed = run_cli("ablate", "-c", config, "--store", str(store), "--resume")
+    assert resumed.code == 0, (lines, resumed.err)
+    assert _run_numbers(store) == expected, f"killed after {lines} logged steps"
+
+    class Crash(SuiteEvents):  # a failure in this process at a random step
+        def step(self, record) -> None:
+            if record["step"] == lines:
+                raise KeyboardInterrupt
+
+    store = tmp_path / "crashed"
+    plan = plan_suite(prepare_suite(config), ResultStore(store), version=code_version())
+    with pytest.raises(KeyboardInterrupt):
+        run_plan(plan, ResultStore(store), version=code_version(), events=Crash())
+    finish = subprocess.run(
+        [*command, "--store", str(store), "--resume"], env=one_thread, capture_output=True
+    )
+    assert finish.returncode == 0, finish.stderr.decode()
+    assert _run_numbers(store) == expected, f"interrupted at step {lines}"

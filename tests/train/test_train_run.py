@@ -309,3 +309,41 @@ def test_resume_recomputes_what_a_damaged_log_line_hides(tmp_path, make_config) 
     assert note == "metrics.jsonl line 6 is damaged (steps from 5 are recomputed)"
     assert losses(tmp_path / "parts") == losses(tmp_path / "whole")
     assert [r["step"] for r in read_jsonl(path)] == list(range(12))
+
+
+def _numbers(run_dir) -> list[dict]:
+    """Every metrics record without its timings: what must repeat to the bit."""
+    return [
+        {k: v for k, v in r.items() if k not in ("tokens_per_s", "time_s")}
+        for r in read_jsonl(run_dir / "metrics.jsonl")
+    ]
+
+
+def test_the_cpu_thread_count_is_pinned_by_the_config(tmp_path, make_config) -> None:
+    """The run trains with train.cpu_threads whatever the process had (one core per --jobs
+    process, every core alone): the same numbers, the count recorded, the process's own count
+    restored afterwards, and a resume with another count refused."""
+    quiet = {"eval_every": 0, "spectral_every": 0, "attention_stats_every": 0}
+    config = make_config(train={"steps": 3}, metrics=quiet)
+    seen: list[int] = []
+
+    def progress(record: dict) -> None:  # the count each step trains with
+        seen.append(torch.get_num_threads())
+
+    before = torch.get_num_threads()
+    two = make_config(train={"steps": 3, "cpu_threads": 2}, metrics=quiet)
+    try:
+        for ambient in (1, 2, 3):
+            torch.set_num_threads(ambient)
+            train_run(config, tmp_path / f"ambient{ambient}", progress=progress)
+            assert torch.get_num_threads() == ambient
+        train_run(two, tmp_path / "two", progress=progress)
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1] * 9 + [2] * 3
+    assert _numbers(tmp_path / "ambient1") == _numbers(tmp_path / "ambient2")
+    assert _numbers(tmp_path / "ambient1") == _numbers(tmp_path / "ambient3")
+    saved = json.loads((tmp_path / "ambient2" / "config.json").read_text())
+    assert saved["cpu_threads"] == 1 and saved["config"]["train"]["cpu_threads"] == 1
+    with pytest.raises(FlashprobeError, match=r"config key train\.cpu_threads changed"):
+        train_run(two, tmp_path / "ambient1", resume=True)
