@@ -29,6 +29,7 @@ import copy
 import hashlib
 import itertools
 import json
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ BRANCH_KEYS = ("from", "step")
 #: <variant>--<key>): used verbatim, so two names never share a folder, and never a path.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*", flags=re.ASCII)
 MAX_NAME_LENGTH = 64
+MAX_CELLS = 10_000  # variants × grid points × seeds: a typo in an axis should not eat the RAM
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,12 @@ def expand_suite(
     seeds = _seeds(raw.get("seeds", [0]))
     axes = _axes(raw.get("axes") or {})
     branch_from, branch_step = _branch(raw.get("branch"), variants)
+    count = len(variants) * len(seeds) * math.prod(len(v) for v in axes.values())
+    if count > MAX_CELLS:
+        raise FlashprobeError(
+            f"the suite expands to {count} cells (variants × axis values × seeds); at most "
+            f"{MAX_CELLS}"
+        )
     for key in run_overrides:
         for axis in axes:
             if key == axis or key.startswith(axis + ".") or axis.startswith(key + "."):

@@ -132,7 +132,7 @@ class LoopConfig(_Section):
             self.micro_batch_size is None or self.micro_batch_size >= 1,
             "train.micro_batch_size must be >= 1",
         )
-        require(self.seed >= 0, "train.seed must be >= 0")
+        require(0 <= self.seed < 2**64, f"train.seed must be in [0, 2**64), got {self.seed}")
         require(self.cpu_threads >= 1, "train.cpu_threads must be >= 1")
         require(self.grad_clip is None or self.grad_clip > 0, "train.grad_clip must be > 0")
         require(self.checkpoint_every >= 0, "train.checkpoint_every must be >= 0")

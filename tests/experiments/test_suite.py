@@ -201,3 +201,9 @@ def test_a_file_name_that_is_no_suite_name_asks_for_name(tmp_path) -> None:
 def test_a_variant_added_by_set_is_checked_too() -> None:
     with pytest.raises(FlashprobeError, match="variant name"):
         expand_suite(RAW, overrides=["variants={'../x': {}}"])
+
+
+def test_a_suite_of_too_many_cells_is_refused_before_expanding() -> None:
+    raw = {**RAW, "axes": {f"x.a{i}": list(range(10)) for i in range(6)}}  # 10**6 points
+    with pytest.raises(FlashprobeError, match=r"expands to 4000000 cells .*at most 10000"):
+        expand_suite(raw)
