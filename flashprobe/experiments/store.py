@@ -151,6 +151,7 @@ class ResultStore:
         """
         path = self.cell_dir(cell, code_version)
         path.mkdir(parents=True, exist_ok=True)
+        self.check_inside(path / RUN_DIR)  # a planted symlink would take the training elsewhere
         meta = {
             "suite": cell.suite,
             "variant": cell.variant,

@@ -75,3 +75,15 @@ def test_cells_never_land_outside_the_store(tmp_path) -> None:
     for name in ("../x", "/abs", "", ".", ".."):
         with pytest.raises(FlashprobeError, match="--suite"):
             list(store.records(name))
+
+
+def test_a_run_folder_linked_out_of_the_store_is_refused(tmp_path) -> None:
+    store = ResultStore(tmp_path / "store")
+    cell = expand_suite(RAW).cells[0]
+    path = store.cell_dir(cell, "v1")
+    path.mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (path / "run").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(FlashprobeError, match="outside the store"):
+        store.open_cell(cell, "v1", {})
+    assert list((tmp_path / "elsewhere").iterdir()) == []
