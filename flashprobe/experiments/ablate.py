@@ -542,8 +542,13 @@ def _single_writer(planned: PlannedCell, dist: Any) -> Iterator[CellOutcome | No
             import torch
 
             flag = torch.tensor(float(refused is not None), device=dist.device)
-            if float(dist.mean(flag)) > 0 and refused is None:
-                refused = CellOutcome(planned, "not_run", message="refused on rank 0")
+            if float(dist.mean(flag)) > 0 and refused is None:  # as rank 0 decided
+                finished = (planned.path / SUMMARY).is_file()
+                refused = (
+                    CellOutcome(planned, "cached", read_json(planned.path / SUMMARY))
+                    if finished
+                    else CellOutcome(planned, "not_run", message="refused on rank 0")
+                )
         yield refused
 
 

@@ -544,3 +544,20 @@ def test_a_kill_at_a_random_step_resumes_bit_identically(tmp_path, run_cli) -> N
     )
     assert finish.returncode == 0, finish.stderr.decode()
     assert _run_numbers(store) == expected, f"interrupted at step {lines}"
+
+
+def test_a_read_only_store_exits_2_before_writing(tmp_path, run_cli, monkeypatch) -> None:
+    """A read-only file system (or folder) as --store: one line, nothing written. (Simulated:
+    the tests may run as root, which writes anywhere.)"""
+    from flashprobe.experiments import store as store_module
+
+    config, store = write(tmp_path, TINY), tmp_path / "store"
+    store.mkdir()
+    real = store_module.os.access
+
+    def access(path, mode: int) -> bool:  # no writing in the store
+        return not (Path(path) == store and mode & os.W_OK) and real(path, mode)
+
+    monkeypatch.setattr(store_module.os, "access", access)
+    one_line_error(run_cli("ablate", "-c", config, "--store", str(store)), "is not writable")
+    assert list(store.iterdir()) == []
