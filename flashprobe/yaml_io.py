@@ -68,6 +68,8 @@ def read_yaml(path: str | Path, what: str) -> Any:
     path = Path(path)
     if path.is_dir():
         raise FlashprobeError(f"{what} file is a folder: {path}")
+    if path.exists() and not path.is_file():
+        raise FlashprobeError(f"{what} file is not a regular file: {path}")
     if not path.is_file():
         raise FlashprobeError(f"{what} file not found: {path}")
     try:

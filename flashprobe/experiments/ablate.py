@@ -353,6 +353,8 @@ def write_suite_definition(store: ResultStore, suite: Suite, overrides: Iterable
     store.check_writable()
     path = store.root / suite.name / SUITE_FILE
     store.check_inside(path)
+    if path.parent.exists() and not path.parent.is_dir():
+        raise FlashprobeError(f"{path.parent} is not a folder (suite {suite.name} goes there)")
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, suite_definition(suite, overrides))
     return path

@@ -561,3 +561,12 @@ def test_a_read_only_store_exits_2_before_writing(tmp_path, run_cli, monkeypatch
     monkeypatch.setattr(store_module.os, "access", access)
     one_line_error(run_cli("ablate", "-c", config, "--store", str(store)), "is not writable")
     assert list(store.iterdir()) == []
+
+
+def test_a_file_where_the_suite_folder_goes_exits_2(tmp_path, run_cli) -> None:
+    config, store = write(tmp_path, TINY), tmp_path / "store"
+    store.mkdir()
+    (store / "tiny").write_text("keep")
+    one_line_error(run_cli("ablate", "-c", config, "--store", str(store)), "is not a folder")
+    assert (store / "tiny").read_text() == "keep"
+    one_line_error(run_cli("ablate", "-c", "/dev/null"), "not a regular file")
