@@ -133,9 +133,9 @@ def suite_dir(cell: CellView) -> Path:
 
 # -- training output ------------------------------------------------------------------------
 def read_metrics(cell: CellView) -> list[dict[str, Any]]:
-    """run/metrics.jsonl records ([] when absent): the lines that are JSON objects with an
-    integer step, NaN restored (flashprobe.json_io). A corrupt line (a run killed mid-write
-    tears the last one) is left out; `metrics_problems` says which."""
+    """run/metrics.jsonl records ([] when absent): the lines that are well-formed records
+    (`well_formed`), NaN restored (flashprobe.json_io). A corrupt line (a run killed mid-write
+    tears the last one; a hand edit) is left out; `metrics_problems` says which."""
     return _scan_metrics(cell.run_dir / METRICS_FILE)[0]
 
 
@@ -156,12 +156,43 @@ def _scan_metrics(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
         except ValueError:  # JSONDecodeError and UnicodeDecodeError
             corrupt.append(number)
             continue
-        step = record.get("step") if isinstance(record, dict) else None
-        if not isinstance(step, int) or isinstance(step, bool):
+        if not well_formed(record):
             corrupt.append(number)
             continue
         records.append(record)
     return records, corrupt
+
+
+_NUMBER_FIELDS = ("loss", "grad_norm", "lr", "tokens_per_s", "time_s", "val_loss")
+
+
+def well_formed(record: Any) -> bool:
+    """A metrics record the readers can use: a JSON object with an integer step, numbers (or
+    null) where numbers go, and per-layer attention stats as {layer: {name: [value, ...]}}."""
+    if not isinstance(record, dict) or not _is_int(record.get("step")):
+        return False
+    if any(not _number_or_none(record.get(k)) for k in _NUMBER_FIELDS):
+        return False
+    attention = record.get("attention")
+    if attention is not None:
+        if not isinstance(attention, dict):
+            return False
+        for layer, stats in attention.items():
+            if not (str(layer).isdigit() and isinstance(stats, dict)):
+                return False
+            for values in stats.values():
+                if not (isinstance(values, list) and all(map(_number_or_none, values))):
+                    return False
+    spectral = record.get("spectral")
+    return spectral is None or isinstance(spectral, dict)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number_or_none(value: Any) -> bool:
+    return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
 
 
 def metrics_problems(cell: CellView) -> list[str]:
@@ -193,10 +224,9 @@ def metrics_problems(cell: CellView) -> list[str]:
         problems.append(f"{name}: empty, but summary.json says {done} steps were done")
     elif end is not None and isinstance(every, int) and every > 0:
         start = cell.meta.get("branch_step") or 0
-        expected = {s for s in range(start, end) if (s + 1) % every == 0 or s == end - 1}
-        missing = sorted(expected - set(steps))
-        if missing and records:
-            problems.append(f"{name}: {_count(len(missing), 'step')} missing ({_first(missing)})")
+        count, first = _missing_steps(start, end, every, set(steps))
+        if count and records:
+            problems.append(f"{name}: {_count(count, 'step')} missing ({_first(first, count)})")
         beyond = [s for s in steps if s >= end]
         if beyond and isinstance(done, int):
             problems.append(f"{name}: steps past summary.json's steps_done {done} ({beyond[0]})")
@@ -219,9 +249,27 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-def _first(values: Sequence[int], shown: int = 3) -> str:
+def _first(values: Sequence[int], total: int | None = None, shown: int = 3) -> str:
     head = ", ".join(str(v) for v in values[:shown])
-    return f"first: {head} ..." if len(values) > shown else head
+    return f"first: {head} ..." if (total or len(values)) > shown else head
+
+
+def _missing_steps(start: int, end: int, every: int, logged: set[int]) -> tuple[int, list[int]]:
+    """(how many, the first three) of the steps in [start, end) a run logs (every `every`-th,
+    and the last) that are not in `logged`; counted, not listed (a summary may claim 10**30)."""
+    last = end - 1
+    first_due = start + (every - 1 - start) % every  # the first s >= start with (s+1) % every == 0
+    due = max(0, (last - first_due) // every + 1) if first_due <= last else 0
+    extra = last >= start and (last + 1) % every != 0
+    present = sum(start <= s < end and ((s + 1) % every == 0 or s == last) for s in logged)
+    first, step = [], first_due
+    while len(first) < 3 and step <= last:  # at most len(logged) + 3 turns
+        if step not in logged:
+            first.append(step)
+        step += every
+    if extra and last not in logged and len(first) < 3:
+        first.append(last)
+    return due + extra - present, first
 
 
 def attention_maxima(

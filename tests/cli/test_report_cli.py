@@ -204,3 +204,16 @@ def test_report_lists_what_is_inconsistent_in_the_store(run_cli, tmp_path) -> No
     assert f"store check: {cells[1].name}: summary.json final_loss is str 'NaN'" in notes
     document = json.loads(run_cli("report", str(root), "--format", "json").out)
     assert sum("store check" in n for n in document[0]["notes"]) == 2
+
+
+def test_replay_of_captures_that_do_not_fit_their_config_is_one_line(run_cli, tmp_path) -> None:
+    root = fixtures.make_store(tmp_path / "store")
+    cell = sorted((root / "planted").glob("baseline--*"))[0]
+    config = json.loads((cell / "config.json").read_text())
+    config["model"]["n_head"] = 8  # the captures hold 2 heads
+    (cell / "config.json").write_text(json.dumps(config))
+    result = run_cli("replay", str(root), "--baseline", "baseline")
+    assert result.code == 1
+    (last,) = [line for line in result.err.splitlines() if line.startswith("flashprobe:")]
+    assert last.startswith("flashprobe: replay of suite planted failed: RuntimeError: ")
+    assert "Traceback" not in result.err

@@ -129,3 +129,29 @@ def test_old_non_strict_files_still_read(tmp_path) -> None:
     path.write_text(path.read_text().replace('"steps_done": 6', '"steps_done": 6, "min_loss": NaN'))
     (again,) = sr.read_cells(tmp_path)
     assert math.isnan(again.summary["min_loss"])
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"step": 2, "attention": 5},
+        {"step": 2, "attention": {"x": {"max_logit": [1.0]}}},
+        {"step": 2, "attention": {"1": {"max_logit": "high"}}},
+        {"step": 2, "loss": "low"},
+        {"step": 2, "spectral": [1]},
+        {"step": True},
+    ],
+)
+def test_a_record_of_the_wrong_shape_is_a_corrupt_line_not_a_crash(tmp_path, bad) -> None:
+    lines = [*steps(0, 1), json.dumps(bad), *steps(3, 4, 5)]
+    view = cell_with(tmp_path, lines, {"steps_done": 6})
+    assert [r["step"] for r in sr.read_metrics(view)] == [0, 1, 3, 4, 5]
+    assert "1 corrupt line (3)" in sr.metrics_problems(view)[0]
+    for record in sr.read_metrics(view):
+        sr.attention_maxima(record)
+
+
+def test_a_summary_claiming_a_huge_run_is_counted_not_listed(tmp_path) -> None:
+    view = cell_with(tmp_path, steps(0, 1, 2), {"steps_done": 10**30})
+    (problem,) = sr.metrics_problems(view)
+    assert problem == f"run/metrics.jsonl: {10**30 - 3} steps missing (first: 3, 4, 5 ...)"
