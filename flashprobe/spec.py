@@ -203,7 +203,7 @@ def make_spec(
 
 
 def preset(name: str) -> KernelSpec:
-    if name not in PRESETS:
+    if not isinstance(name, str) or name not in PRESETS:
         raise FlashprobeError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
     return PRESETS[name]
 

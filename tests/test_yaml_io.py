@@ -1,7 +1,9 @@
+import os
+
 import pytest
 
 from flashprobe.errors import FlashprobeError
-from flashprobe.yaml_io import load_yaml, read_yaml
+from flashprobe.yaml_io import MAX_BYTES, load_yaml, read_yaml
 
 
 @pytest.mark.parametrize(
@@ -25,3 +27,68 @@ def test_read_yaml_errors_name_the_file(tmp_path) -> None:
     bad.write_text("a: [1, 2\n")
     with pytest.raises(FlashprobeError, match=r"malformed YAML in .*bad.yaml \(line"):
         read_yaml(bad, "suite")
+
+
+def test_a_repeated_key_is_refused_naming_the_key_and_line(tmp_path) -> None:
+    path = tmp_path / "suite.yaml"
+    path.write_text("name: a\nseeds: [0]\nbase:\n  train: {steps: 1}\nseeds: [1]\n")
+    with pytest.raises(FlashprobeError, match=r"suite.yaml: duplicate key 'seeds' \(line 5\)"):
+        read_yaml(path, "suite")
+    with pytest.raises(FlashprobeError, match="duplicate key 'lr'"):
+        load_yaml("optimizer: {lr: 1, lr: 2}")
+
+
+def test_merge_keys_may_override_what_they_merge() -> None:
+    text = "base: &b {x: 1, y: 2}\nother: {<<: *b, x: 3}\nmore: {<<: *b, y: 4}\n"
+    assert load_yaml(text) == {
+        "base": {"x": 1, "y": 2},
+        "other": {"x": 3, "y": 2},
+        "more": {"x": 1, "y": 4},
+    }
+
+
+def test_an_alias_bomb_is_refused_before_it_expands() -> None:
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, 9):  # 9**9 strings once expanded
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
+    lines.append("description: *a8")
+    with pytest.raises(FlashprobeError, match="expands to more than"):
+        load_yaml("\n".join(lines))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("&a [*a]", "refers to itself"),
+        ("[" * 100 + "]" * 100, "nested deeper"),
+        ("[" * 1500 + "]" * 1500, "nested"),
+        ("x: " + "y" * (MAX_BYTES + 1), "too large"),
+    ],
+)
+def test_documents_over_the_limits_are_refused(text: str, message: str) -> None:
+    with pytest.raises(FlashprobeError, match=message):
+        load_yaml(text)
+
+
+def test_shared_anchors_within_the_limits_load() -> None:
+    text = "k: &k {preset: fa2}\n" + "".join(f"v{i}: {{kernel: *k}}\n" for i in range(200))
+    assert load_yaml(text)["v199"] == {"kernel": {"preset": "fa2"}}
+
+
+def test_unreadable_binary_and_folder_inputs_are_one_line_errors(tmp_path) -> None:
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(bytes(range(256)))
+    with pytest.raises(FlashprobeError, match="not UTF-8 text"):
+        read_yaml(binary, "suite")
+    with pytest.raises(FlashprobeError, match="is a folder"):
+        read_yaml(tmp_path, "suite")
+    large = tmp_path / "large.yaml"
+    large.write_bytes(b"#" * (MAX_BYTES + 10))
+    with pytest.raises(FlashprobeError, match="larger than"):
+        read_yaml(large, "suite")
+    if os.geteuid() != 0:  # root reads anything
+        locked = tmp_path / "locked.yaml"
+        locked.write_text("name: x\n")
+        locked.chmod(0)
+        with pytest.raises(FlashprobeError, match="cannot read suite file"):
+            read_yaml(locked, "suite")

@@ -55,6 +55,13 @@ def main(argv: list[str] | None = None) -> None:
         result = app(args=argv, standalone_mode=False, prog_name="flashprobe")
     except FlashprobeError as exc:
         error(str(exc))
+    except KeyboardInterrupt:
+        typer.echo("flashprobe: interrupted", err=True)
+        raise SystemExit(130) from None
+    except OSError as exc:  # a full disk, a vanished folder: one line, not a traceback
+        where = f": {exc.filename}" if exc.filename else ""
+        typer.echo(f"flashprobe: error: {exc.strerror or exc}{where}", err=True)
+        raise SystemExit(1) from None
     except Exception as exc:
         # Typer vendors click in new releases and depends on it in old ones: match by shape.
         if type(exc).__name__ == "Exit":

@@ -163,9 +163,15 @@ def ablate_command(
         suite_session,
         write_suite_definition,
     )
-    from flashprobe.experiments.parallel import check_jobs, child_command, trained_as_done
+    from flashprobe.experiments.parallel import (
+        check_jobs,
+        child_command,
+        trained_as_done,
+        watch_parent,
+    )
     from flashprobe.experiments.store import ResultStore
 
+    watch_parent()  # a --jobs shard process: stop when the parent is gone
     check_format(fmt)
     check_jobs(jobs)
     part = parse_shard(shard) if shard is not None else None

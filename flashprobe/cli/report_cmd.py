@@ -97,9 +97,11 @@ def report_command(
     if horizon is not None and horizon < 1:
         raise FlashprobeError(f"--horizon must be a step count >= 1, got {horizon}")
     if plot is not None:
+        from flashprobe.reporting.atomic import check_output_folder
         from flashprobe.reporting.plots import require_matplotlib
 
         require_matplotlib()  # fail before reading anything
+        check_output_folder(plot, "--plot")
     rule = None
     if failure is not None:
         from flashprobe.experiments.failure import FailureRule

@@ -13,8 +13,8 @@ Suite YAML schema (expansion: experiments.suite; cell config: experiments.cell_c
       optimizer:  {name: adamw|muon, lr, betas, eps, weight_decay, muon_*}
       schedule:   {kind: cosine|constant, warmup_steps, decay_steps, min_lr}
       train:      {steps, batch_size, micro_batch_size, precision: bf16|fp32, grad_clip,
-                   device: auto|cpu|cuda, allow_tf32, checkpoint_every, checkpoint_final,
-                   keep_checkpoints}
+                   device: auto|cpu|cuda, allow_tf32, cpu_threads, checkpoint_every,
+                   checkpoint_final, keep_checkpoints}
       divergence: {nonfinite, rise_factor, rise_margin, rise_window, spike_sigma, spike_window,
                    patience, min_step, stop}
       metrics:    {log_every, eval_every, eval_batches, spectral_every, attention_stats_every}
@@ -48,9 +48,13 @@ that checkpoint (weights, optimizer, divergence state) and continues on the iden
 data must match. branch.step 0 starts from the seed's initial weights (no checkpoint needed).
 The runner runs each source before the cells that branch from it.
 
-Interrupted cells (run/ holds metrics, no summary): --resume continues each from its latest
-checkpoint (from scratch, or from the branch source, when it saved none); --restart deletes its
-training output and starts it over; with neither the suite is refused before anything runs.
+Interrupted cells (run/ holds metrics, no summary): --resume continues each from its newest
+intact checkpoint that its logs reach intact (train.checkpoint.resume_point: a damaged newer
+checkpoint or log line is named in the run's summary line and summary.json's resume_notes; from
+scratch, or from the branch source, when none is left); --restart deletes its training output
+and starts it over; with neither the suite is refused before anything runs. A cell is written
+by one process at a time (experiments.cell_lock): one another process holds is planned "busy"
+and left alone.
 A new cell that is a finished cell run to a longer horizon (the same config but train.steps,
 same code; a branched cell's from the same branch point) continues a copy of that run from its
 final checkpoint (action "extend"; experiments.extension says when that equals a run from
@@ -94,6 +98,7 @@ from flashprobe.experiments.cell_config import (
     normalise_cell_config,
     resolve_cell_config,
 )
+from flashprobe.experiments.cell_lock import CellBusy, cell_lock, lock_holder
 from flashprobe.experiments.estimate import throughputs
 from flashprobe.experiments.extension import Extension, ExtensionIndex, copy_run
 from flashprobe.experiments.failure import FailureRule
@@ -113,11 +118,11 @@ from flashprobe.experiments.suite import (
     load_suite,
     set_dotted,
 )
-from flashprobe.train.checkpoint import checkpoint_name, latest_checkpoint
-from flashprobe.train.checkpoint import checkpoint_step as step_of
+from flashprobe.train.checkpoint import checkpoint_name, resume_point
 from flashprobe.train.config import LoopConfig
 
-Action = Literal["run", "skip", "resume", "restart", "extend"]
+#: busy: another process holds the cell's lock (experiments.cell_lock) as the suite is planned
+Action = Literal["run", "skip", "resume", "restart", "extend", "busy"]
 Status = Literal["done", "cached", "failed", "not_run"]
 
 
@@ -134,6 +139,7 @@ class PlannedCell:
     source: int | None = None  # run-order index of the branch source
     checkpoint_step: int | None = None  # an interrupted or extended run's latest checkpoint
     extends: Extension | None = None  # the finished shorter run this cell continues
+    holder: str | None = None  # action busy: who holds the cell's lock
 
     @property
     def run_dir(self) -> Path:
@@ -384,7 +390,11 @@ def suite_definition(suite: Suite, overrides: Iterable[str] = ()) -> dict[str, A
 
 def write_suite_definition(store: ResultStore, suite: Suite, overrides: Iterable[str] = ()) -> Path:
     """STORE/<suite>/suite.json (atomic): the suite as this run expanded it."""
+    store.check_writable()
     path = store.root / suite.name / SUITE_FILE
+    store.check_inside(path)
+    if path.parent.exists() and not path.parent.is_dir():
+        raise FlashprobeError(f"{path.parent} is not a folder (suite {suite.name} goes there)")
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, suite_definition(suite, overrides))
     return path
@@ -423,6 +433,7 @@ def plan_suite(
     """What to do with each cell; refuses interrupted cells unless resume or restart."""
     if resume and restart:
         raise FlashprobeError("choose one of --resume and --restart")
+    store.check_root()
     plan: list[PlannedCell] = []
     index_of: dict[tuple[str, Any], int] = {}
     interrupted: list[PlannedCell] = []
@@ -430,12 +441,14 @@ def plan_suite(
     for index, cell in enumerate(run_order(suite.cells)):
         path = store.cell_dir(cell, version)
         action: Action = "run"
-        checkpoint_step, extends = None, None
+        checkpoint_step, extends, holder = None, None, None
         if store.is_finished(cell, version):
             action = "skip"
+        elif (holder := lock_holder(path)) is not None:
+            action = "busy"  # live in another process: neither interrupted nor to be run here
         elif store.is_interrupted(cell, version):
-            found = latest_checkpoint(path / RUN_DIR)
-            checkpoint_step = step_of(found) if found else None
+            point = resume_point(path / RUN_DIR)
+            checkpoint_step = point.step if point.checkpoint is not None else None
             action = "resume" if resume else "restart"
         elif (extends := shorter_runs.find(cell)) is not None:
             action, checkpoint_step = "extend", extends.checkpoint_step
@@ -449,6 +462,7 @@ def plan_suite(
             source=index_of.get((cell.branch_from, cell.group)) if cell.branch_from else None,
             checkpoint_step=checkpoint_step,
             extends=extends,
+            holder=holder,
         )
         if action in ("resume", "restart") and not (resume or restart):
             interrupted.append(planned)
@@ -533,8 +547,6 @@ def _run_cell(
     dist: Any,
     events: SuiteEvents,
 ) -> CellOutcome:
-    from flashprobe.train.run import train_run
-
     cell = planned.cell
     if planned.action == "skip":
         return CellOutcome(planned, "cached", read_json(planned.path / SUMMARY))
@@ -548,11 +560,79 @@ def _run_cell(
             start_from = source.planned.run_dir / "checkpoints" / checkpoint_name(cell.branch_step)
             if not (start_from / "state.json").is_file():
                 return CellOutcome(planned, "not_run", message=_unreachable(source, cell))
+    with _single_writer(planned, dist) as refused:
+        if refused is not None:
+            return refused
+        return _train_cell(planned, source, start_from, store, version, env, dist, events)
+
+
+@contextlib.contextmanager
+def _single_writer(planned: PlannedCell, dist: Any) -> Iterator[CellOutcome | None]:
+    """Hold the cell's lock (rank 0) while the block trains it; yields the outcome instead when
+    it must not train here: another process holds the lock, or the cell changed since it was
+    planned (finished meanwhile: cached; started and stopped by another process: not run)."""
+    with contextlib.ExitStack() as held:
+        refused = None
+        if dist.is_main:
+            try:
+                held.enter_context(cell_lock(planned.path))
+            except CellBusy as exc:
+                refused = CellOutcome(planned, "not_run", message=f"busy: {exc}")
+            else:
+                refused = _changed_since_planned(planned)
+        if dist.world_size > 1:  # every rank must skip the cell, or none
+            import torch
+
+            flag = torch.tensor(float(refused is not None), device=dist.device)
+            if float(dist.mean(flag)) > 0 and refused is None:  # as rank 0 decided
+                finished = (planned.path / SUMMARY).is_file()
+                refused = (
+                    CellOutcome(planned, "cached", read_json(planned.path / SUMMARY))
+                    if finished
+                    else CellOutcome(planned, "not_run", message="refused on rank 0")
+                )
+        yield refused
+
+
+def _changed_since_planned(planned: PlannedCell) -> CellOutcome | None:
+    if (planned.path / SUMMARY).is_file():
+        return CellOutcome(planned, "cached", read_json(planned.path / SUMMARY))
+    if planned.action == "busy":
+        return CellOutcome(
+            planned,
+            "not_run",
+            message=f"another process was writing it as this run started ({planned.holder}) "
+            "and stopped before it finished; rerun (with --resume to continue it)",
+        )
+    if planned.action == "run" and (planned.run_dir / "metrics.jsonl").is_file():
+        return CellOutcome(
+            planned,
+            "not_run",
+            message="another process started it meanwhile and stopped; rerun with --resume "
+            "or --restart",
+        )
+    return None
+
+
+def _train_cell(
+    planned: PlannedCell,
+    source: CellOutcome | None,
+    start_from: Path | None,
+    store: ResultStore,
+    version: str,
+    env: Mapping[str, Any],
+    dist: Any,
+    events: SuiteEvents,
+) -> CellOutcome:
+    from flashprobe.train.run import train_run
+
+    cell = planned.cell
     events.cell_started(planned)
     extends = planned.extends  # planned only when its checkpoint exists: always a resume
-    resume = extends is not None or (
-        planned.action == "resume" and latest_checkpoint(planned.run_dir) is not None
-    )
+    # The newest intact checkpoint (read now, under the lock): none left starts the run over
+    point = resume_point(planned.run_dir) if planned.action == "resume" else None
+    resume = extends is not None or (point is not None and point.checkpoint is not None)
+    resumed_from = point.step if point is not None else planned.checkpoint_step
     if dist.is_main:
         extra = {
             "source_key": source.planned.key if source else None,
@@ -607,7 +687,8 @@ def _run_cell(
         "branch_from": cell.branch_from,
         "branch_step": cell.branch_step,
         "source_key": source.planned.key if source else None,
-        "resumed_from_step": planned.checkpoint_step if resume else None,
+        "resumed_from_step": resumed_from if resume else None,
+        "resume_notes": list(point.notes) if point is not None else [],
         "extended_from": extends.key if extends else None,
         "environment": dict(env),
         "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -615,7 +696,8 @@ def _run_cell(
     if dist.is_main:
         store.finish(planned.path, summary)
     dist.barrier()
-    return CellOutcome(planned, "done", summary)
+    # Said in the run's summary lines: a damaged checkpoint or log line cost recomputed steps
+    return CellOutcome(planned, "done", summary, message=point.describe() if point else None)
 
 
 class _StepMeter:

@@ -11,19 +11,29 @@ and written suite.json; it then starts N children, child k being
 a branched cell runs after its source in the same child; single cells when it does not). They
 share the store (one folder per cell, atomic writes); child k's stdout and stderr go to
 STORE/<suite>/logs/shard-k-of-N.log. A shard with nothing to train is not started. Each child
-gets 1/N of the CPU cores for its threads
-(OMP_NUM_THREADS, unless set). On Ctrl-C the children are stopped (see `stop`): their
-unfinished cells stay resumable with --resume.
+gets 1/N of the CPU cores (OMP_NUM_THREADS, unless set) for what it runs besides training: a
+cell trains with its own train.cpu_threads however it is run, so --jobs changes no number. On
+Ctrl-C the children are stopped (see `stop`): their unfinished cells stay resumable with
+--resume.
+
+The children die with the parent, however it dies (kill -9 included): on Linux the kernel sends
+each SIGTERM when the parent goes (prctl PR_SET_PDEATHSIG), and each child also watches its
+parent's pid (`watch_parent`, the fallback elsewhere); a child stops on SIGTERM as on a second
+Ctrl-C (at once; the cell stays resumable), so no orphan goes on writing the store.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import dataclasses
+import functools
 import os
 import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -33,6 +43,8 @@ from flashprobe.errors import FlashprobeError
 from flashprobe.experiments.ablate import CellOutcome, PlannedCell, shard_numbers, shard_of
 
 LOG_DIR = "logs"  # STORE/<suite>/logs/shard-<k>-of-<N>.log
+PARENT_ENV = "FLASHPROBE_SHARD_PARENT"  # a child's parent pid, for `watch_parent`
+_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -216,14 +228,67 @@ def _start(shard: Shard) -> subprocess.Popen[bytes]:
             stdout=log,
             stderr=subprocess.STDOUT,
             env=child_environment(shard.count),
+            preexec_fn=_death_signal(),
         )
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    """libc with prctl (Linux only), loaded in the parent: a child between fork and exec must
+    not load libraries."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        return libc if hasattr(libc, "prctl") else None
+    except OSError:
+        return None
+
+
+def _death_signal() -> Callable[[], None] | None:
+    """A preexec_fn asking the kernel to SIGTERM the child when this process ends."""
+    libc, parent = _libc(), os.getpid()
+    if libc is None:
+        return None
+
+    def arm() -> None:  # runs in the child, between fork and exec
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arm
+
+
+def watch_parent(poll_s: float = 1.0) -> None:
+    """In a shard process (PARENT_ENV set by its parent): SIGTERM stops it at once, as a second
+    Ctrl-C does (KeyboardInterrupt: the cell stays resumable), and a thread sends that SIGTERM
+    when the parent is gone (its pid is no longer this process's parent). Elsewhere: nothing."""
+    parent = os.environ.get(PARENT_ENV, "")
+    if not parent.isdigit() or threading.current_thread() is not threading.main_thread():
+        return
+    signal.signal(signal.SIGTERM, _interrupt)
+    if os.getppid() != int(parent):
+        raise SystemExit(130)  # orphaned before it started
+    threading.Thread(
+        target=_watch, args=(int(parent), poll_s), name="flashprobe-parent-watch", daemon=True
+    ).start()
+
+
+def _watch(parent: int, poll_s: float) -> None:
+    while os.getppid() == parent:
+        time.sleep(poll_s)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def child_environment(count: int) -> dict[str, str]:
     """The parent's environment, unbuffered (the log follows the run) and, unless it sets
     OMP_NUM_THREADS, with the CPU cores split between the `count` processes (as torchrun does):
     each taking every core slows all of them down several times."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_ENV: str(os.getpid())}
     if "OMP_NUM_THREADS" not in env:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         env["OMP_NUM_THREADS"] = str(max(1, (cores or 1) // count))

@@ -15,7 +15,7 @@ STORE/<suite>/suite.json (the suite as `flashprobe ablate` last ran it; see suit
 
 from __future__ import annotations
 
-import json
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,12 +24,14 @@ from typing import Any
 
 import torch
 
+from flashprobe import json_io
 from flashprobe.errors import FlashprobeError
 from flashprobe.experiments.store import (
     ENVIRONMENT_FILE,
     SUITE_FILE,
     CellRecord,
     ResultStore,
+    check_suite_folder,
     read_json,
     write_json,
 )
@@ -100,12 +102,14 @@ def read_cells(root: str | Path, suite: str | None = None) -> list[CellView]:
     root = Path(root)
     if root.exists() and not root.is_dir():
         raise FlashprobeError(f"result store is not a folder: {root}")
+    if suite is not None:
+        check_suite_folder(suite)
     if suite is not None and not (root / suite).is_dir():
         known = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
         hint = f"; suites here: {', '.join(known)}" if known else ""
         raise FlashprobeError(f"no suite {suite!r} in result store {root}{hint}")
     cells = [
-        CellView(path=r.path, meta=r.meta, config=r.config, summary=r.summary)
+        CellView(r.path, r.meta, r.config, r.summary, r.problems)
         for r in ResultStore(root).records(suite)
     ]
     for cell in cells:
@@ -129,23 +133,143 @@ def suite_dir(cell: CellView) -> Path:
 
 # -- training output ------------------------------------------------------------------------
 def read_metrics(cell: CellView) -> list[dict[str, Any]]:
-    """run/metrics.jsonl records ([] when absent); a torn last line (a run killed mid-write)
-    is dropped, a corrupt line elsewhere is an error."""
-    path = cell.run_dir / METRICS_FILE
+    """run/metrics.jsonl records ([] when absent): the lines that are well-formed records
+    (`well_formed`), NaN restored (flashprobe.json_io). A corrupt line (a run killed mid-write
+    tears the last one; a hand edit) is left out; `metrics_problems` says which."""
+    return _scan_metrics(cell.run_dir / METRICS_FILE)[0]
+
+
+def _scan_metrics(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
+    """(the good records, the 1-based numbers of the corrupt lines)."""
     if not path.is_file():
-        return []
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    out = []
-    for i, line in enumerate(lines):
+        return [], []
+    try:
+        blob = path.read_bytes()
+    except OSError as exc:
+        raise FlashprobeError(f"cannot read {path}: {exc.strerror}") from None
+    records, corrupt = [], []
+    for number, raw in enumerate(blob.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:
-                break
-            raise FlashprobeError(f"corrupt JSON in result store: {path} (line {i + 1})") from None
-        if isinstance(record, dict):
-            out.append(record)
-    return out
+            record = json_io.loads(raw.decode("utf-8"))
+        except ValueError:  # JSONDecodeError and UnicodeDecodeError
+            corrupt.append(number)
+            continue
+        if not well_formed(record):
+            corrupt.append(number)
+            continue
+        records.append(record)
+    return records, corrupt
+
+
+_NUMBER_FIELDS = ("loss", "grad_norm", "lr", "tokens_per_s", "time_s", "val_loss")
+
+
+def well_formed(record: Any) -> bool:
+    """A metrics record the readers can use: a JSON object with an integer step, numbers (or
+    null) where numbers go, and per-layer attention stats as {layer: {name: [value, ...]}}."""
+    if not isinstance(record, dict) or not _is_int(record.get("step")):
+        return False
+    if any(not _number_or_none(record.get(k)) for k in _NUMBER_FIELDS):
+        return False
+    attention = record.get("attention")
+    if attention is not None:
+        if not isinstance(attention, dict):
+            return False
+        for layer, stats in attention.items():
+            if not (str(layer).isdigit() and isinstance(stats, dict)):
+                return False
+            for values in stats.values():
+                if not (isinstance(values, list) and all(map(_number_or_none, values))):
+                    return False
+    spectral = record.get("spectral")
+    return spectral is None or isinstance(spectral, dict)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number_or_none(value: Any) -> bool:
+    return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+
+
+def metrics_problems(cell: CellView) -> list[str]:
+    """What is wrong with a cell's run/metrics.jsonl: corrupt lines (but an unfinished run's
+    torn last line), steps logged twice or out of order, logged steps missing (by the config's
+    metrics.log_every, from the run's first step to its summary's steps_done), records past
+    steps_done, a finished run with no records."""
+    path = cell.run_dir / METRICS_FILE
+    records, corrupt = _scan_metrics(path)
+    name = str(path.relative_to(cell.path))
+    problems = []
+    if corrupt and not cell.finished and path.is_file():
+        last = len(path.read_bytes().rstrip(b"\n").split(b"\n"))
+        corrupt = [n for n in corrupt if n != last]  # the kill's torn line, redone on resume
+    if corrupt:
+        problems.append(f"{name}: {_count(len(corrupt), 'corrupt line')} ({_first(corrupt)})")
+    steps = [r["step"] for r in records]
+    repeated = sorted({s for s in steps if steps.count(s) > 1})
+    if repeated:
+        twice = _count(len(repeated), "step")
+        problems.append(f"{name}: {twice} logged twice ({_first(repeated)})")
+    if any(b < a for a, b in itertools.pairwise(steps)):
+        problems.append(f"{name}: steps out of order")
+    metrics = cell.config.get("metrics") or {}
+    every = metrics.get("log_every", 1)
+    done = (cell.summary or {}).get("steps_done")
+    end = done if isinstance(done, int) else (max(steps) + 1 if steps else None)
+    if cell.finished and not records and isinstance(done, int) and done > 0 and every == 1:
+        problems.append(f"{name}: empty, but summary.json says {done} steps were done")
+    elif end is not None and isinstance(every, int) and every > 0:
+        start = cell.meta.get("branch_step") or 0
+        count, first = _missing_steps(start, end, every, set(steps))
+        if count and records:
+            problems.append(f"{name}: {_count(count, 'step')} missing ({_first(first, count)})")
+        beyond = [s for s in steps if s >= end]
+        if beyond and isinstance(done, int):
+            problems.append(f"{name}: steps past summary.json's steps_done {done} ({beyond[0]})")
+    return problems
+
+
+def store_notes(cells: Sequence[CellView], shown: int = 10) -> list[str]:
+    """One note per inconsistent cell (summary.json and metrics checks), at most `shown`."""
+    found = []
+    for cell in cells:
+        problems = [*cell.problems, *metrics_problems(cell)]
+        if problems:
+            found.append(f"store check: {cell.name}: {'; '.join(problems)}")
+    if len(found) > shown:
+        found = [*found[:shown], f"store check: and {len(found) - shown} more cells"]
+    return found
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _first(values: Sequence[int], total: int | None = None, shown: int = 3) -> str:
+    head = ", ".join(str(v) for v in values[:shown])
+    return f"first: {head} ..." if (total or len(values)) > shown else head
+
+
+def _missing_steps(start: int, end: int, every: int, logged: set[int]) -> tuple[int, list[int]]:
+    """(how many, the first three) of the steps in [start, end) a run logs (every `every`-th,
+    and the last) that are not in `logged`; counted, not listed (a summary may claim 10**30)."""
+    last = end - 1
+    first_due = start + (every - 1 - start) % every  # the first s >= start with (s+1) % every == 0
+    due = max(0, (last - first_due) // every + 1) if first_due <= last else 0
+    extra = last >= start and (last + 1) % every != 0
+    present = sum(start <= s < end and ((s + 1) % every == 0 or s == last) for s in logged)
+    first, step = [], first_due
+    while len(first) < 3 and step <= last:  # at most len(logged) + 3 turns
+        if step not in logged:
+            first.append(step)
+        step += every
+    if extra and last not in logged and len(first) < 3:
+        first.append(last)
+    return due + extra - present, first
 
 
 def attention_maxima(
@@ -156,10 +280,14 @@ def attention_maxima(
     layers = (record.get("attention") or {}).values()
     out = {}
     for name in names:
-        values = [v for layer in layers for v in layer.get(name) or [] if v is not None]
+        values = [v for layer in layers for v in layer.get(name) or [] if _finite(v)]
         if values:
             out[name] = float(max(values))
     return out
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
 
 
 def capture_files(cell: CellView) -> list[tuple[int, Path]]:

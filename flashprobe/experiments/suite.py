@@ -30,6 +30,8 @@ import copy
 import hashlib
 import itertools
 import json
+import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +45,11 @@ from flashprobe.yaml_io import read_yaml
 SUITE_KEYS = ("name", "description", "seeds", "base", "variants", "axes", "branch", "replay",
               "failure", "throughput")  # fmt: skip
 BRANCH_KEYS = ("from", "step")
+#: Suite and variant names become folder names in the result store (STORE/<suite>/
+#: <variant>--<key>): used verbatim, so two names never share a folder, and never a path.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*", flags=re.ASCII)
+MAX_NAME_LENGTH = 64
+MAX_CELLS = 10_000  # variants × grid points × seeds: a typo in an axis should not eat the RAM
 
 
 @dataclass(frozen=True)
@@ -130,14 +137,21 @@ def expand_suite(
     default_name: str = "suite",
 ) -> Suite:
     raw, run_overrides = apply_overrides(raw, overrides)
-    unknown = sorted(set(raw) - set(SUITE_KEYS))
+    unknown = sorted(str(k) for k in set(raw) - set(SUITE_KEYS))
     if unknown:
         raise FlashprobeError(f"unknown suite key {unknown[0]!r}; known: {', '.join(SUITE_KEYS)}")
+    name = _suite_name(raw.get("name"), default_name)
     base = _mapping(raw.get("base", {}), "base")
-    variants = _mapping(raw.get("variants") or {"baseline": {}}, "variants")
+    variants = _variants(raw.get("variants") or {"baseline": {}})
     seeds = _seeds(raw.get("seeds", [0]))
     axes = _axes(raw.get("axes") or {})
     branch_from, branch_step = _branch(raw.get("branch"), variants)
+    count = len(variants) * len(seeds) * math.prod(len(v) for v in axes.values())
+    if count > MAX_CELLS:
+        raise FlashprobeError(
+            f"the suite expands to {count} cells (variants × axis values × seeds); at most "
+            f"{MAX_CELLS}"
+        )
     for key in run_overrides:
         for axis in axes:
             if key == axis or key.startswith(axis + ".") or axis.startswith(key + "."):
@@ -145,7 +159,6 @@ def expand_suite(
                     f"--set {key} collides with axis {axis!r}; set the axis with "
                     f"--set axes.{axis}=[...]"
                 )
-    name = str(raw.get("name", default_name))
 
     resolved: dict[tuple[str, tuple[tuple[str, Any], ...], int], dict[str, Any]] = {}
     order = []
@@ -275,6 +288,55 @@ def set_dotted(config: dict[str, Any], dotted: str, value: Any) -> None:
             raise FlashprobeError(f"cannot set {dotted!r}: {part!r} is not a section")
         node = child
     node[parts[-1]] = value
+
+
+def check_name(name: Any, what: str) -> str:
+    """A suite or variant name: 1 to MAX_NAME_LENGTH letters, digits and . _ + -, starting with
+    a letter or digit (so never a path, a hidden file, `.` or `..`)."""
+    if not isinstance(name, str):
+        raise FlashprobeError(f"{what} must be a string, got {type(name).__name__}")
+    if not name:
+        raise FlashprobeError(f"{what} is empty")
+    if len(name) > MAX_NAME_LENGTH:
+        raise FlashprobeError(
+            f"{what} {name[:20]!r}... is {len(name)} characters long; at most {MAX_NAME_LENGTH}"
+        )
+    if not NAME_PATTERN.fullmatch(name):
+        raise FlashprobeError(
+            f"{what} {name!r}: use letters, digits and . _ + - (starting with a letter or digit)"
+        )
+    return name
+
+
+def _suite_name(value: Any, default: str) -> str:
+    if value is None:
+        try:
+            return check_name(default, "suite name")
+        except FlashprobeError as exc:
+            raise FlashprobeError(f"{exc} (taken from the file name; set `name:`)") from None
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    return check_name(value, "suite name")
+
+
+def _variants(value: Any) -> dict[str, Any]:
+    """The variants mapping with checked names; two names that differ only in case are refused
+    too (their folders would be one on a case-insensitive file system)."""
+    if not isinstance(value, Mapping):
+        raise FlashprobeError(f"variants must be a mapping, got {type(value).__name__}")
+    out: dict[str, Any] = {}
+    folded: dict[str, str] = {}
+    for key, delta in value.items():
+        if isinstance(key, int) and not isinstance(key, bool):
+            key = str(key)
+        name = check_name(key, "variant name")
+        other = folded.setdefault(name.casefold(), name)
+        if name in out or other != name:
+            raise FlashprobeError(
+                f"variant names {other!r} and {name!r} would share a folder in the result store"
+            )
+        out[name] = delta
+    return out
 
 
 def _mapping(value: Any, where: str) -> dict[str, Any]:

@@ -3,16 +3,22 @@
 Layout of one checkpoint folder (`checkpoints/step_0001000/`, the step count completed):
   model.safetensors      model weights (fp32 master weights; the tied LM head stored once)
   optimizer.safetensors  every tensor of the optimizer state ("state.<param index>.<name>")
-  state.json             step, seed, config, optimizer groups and scalars, run-loop state
+  state.json             step, seed, config, optimizer groups and scalars, run-loop state,
+                         and the SHA-256 of both safetensors files ("files")
 The folder is written under a temporary name and renamed into place, then `checkpoints/latest`
 is replaced atomically, so a crash never leaves a half checkpoint that `latest` points to.
 The RNG needs no saving: the loop reseeds torch from (seed, step) at every step.
+
+A resume starts from `resume_point`: the newest checkpoint that is intact (its files match
+their checksums) and that the step logs reach intact, so a damaged checkpoint or log line costs
+the steps since an earlier checkpoint, recomputed, never a silent gap or a restart from 0.
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -22,12 +28,17 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
+from flashprobe import json_io
 from flashprobe.errors import FlashprobeError
-from flashprobe.reporting.atomic import write_text_atomic
+from flashprobe.reporting.atomic import default_mode, write_text_atomic
 from flashprobe.reporting.render import to_jsonable
 
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest"
+TENSOR_FILES = ("model.safetensors", "optimizer.safetensors")
+#: The step logs a resume truncates to its checkpoint (flashprobe.train.run).
+STEP_LOGS = ("metrics.jsonl", "data_order.jsonl")
+_FOLDER = re.compile(r"step_(\d+)")
 
 
 @dataclass(frozen=True)
@@ -60,12 +71,16 @@ def save_checkpoint(
     final = root / checkpoint_name(step)
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}.", suffix=".tmp"))
     try:
+        tmp.chmod(default_mode(folder=True))  # mkdtemp's 0o700 would hide it from the team
         save_model(model, str(tmp / "model.safetensors"))
         tensors, optimizer_meta = _split_optimizer_state(optimizer.state_dict())
         save_file(tensors, str(tmp / "optimizer.safetensors"))
-        state = {"step": step, "optimizer": optimizer_meta, **extra}
-        # A diverged run's last checkpoint may hold NaN losses: stored as null (strict JSON).
-        (tmp / "state.json").write_text(json.dumps(to_jsonable(state), indent=1, allow_nan=False))
+        files = {name: _sha256(tmp / name) for name in TENSOR_FILES}
+        state = {"step": step, "optimizer": optimizer_meta, "files": files, **extra}
+        # A diverged run's last checkpoint may hold NaN losses: null plus a flag (strict JSON).
+        (tmp / "state.json").write_text(json_io.dumps(state, indent=1, default=to_jsonable))
+        for written in tmp.iterdir():  # safetensors writes 0o600
+            written.chmod(default_mode())
         if final.exists():  # rewriting the same step (a resumed run); replace it whole
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -76,6 +91,98 @@ def save_checkpoint(
     if keep is not None:
         _prune(root, keep)
     return final
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a resumed run starts: `checkpoint` (None: from the start) at `step`, and why not
+    from its newest checkpoint, if it is not (`notes`, one line each)."""
+
+    checkpoint: Path | None
+    step: int
+    newest: int | None  # the newest checkpoint's step, intact or not
+    notes: tuple[str, ...] = ()
+
+    def describe(self) -> str | None:
+        """One line when the resume goes back past the newest checkpoint, else None."""
+        if not self.notes:
+            return None
+        where = f"step {self.step}" if self.checkpoint is not None else "the start"
+        return f"resumed from {where}, not step {self.newest}: {'; '.join(self.notes)}"
+
+
+def resume_point(run_dir: Path) -> ResumePoint:
+    """The newest intact checkpoint of a run that its step logs reach intact (STEP_LOGS: a
+    damaged line at step s allows no checkpoint past s, see metrics.intact_end)."""
+    from flashprobe.train.metrics import intact_end
+
+    folders = checkpoint_folders(run_dir)
+    newest = folders[-1][0] if folders else None
+    bound, notes = None, []
+    for name in STEP_LOGS:
+        end = intact_end(run_dir / name)
+        if end is not None and newest is not None and end[0] < newest:
+            bound = end[0] if bound is None else min(bound, end[0])
+            notes.append(f"{name} line {end[1]} is damaged (steps from {end[0]} are recomputed)")
+    for step, path in reversed(folders):
+        if bound is not None and step > bound:
+            continue
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return ResumePoint(path, step, newest, tuple(notes))
+        notes.append(f"checkpoint {path.name} is damaged ({problem})")
+    return ResumePoint(None, 0, newest, tuple(notes))
+
+
+def checkpoint_folders(run_dir: Path) -> list[tuple[int, Path]]:
+    """(step, folder) of every checkpoint folder of a run, by step (temporary ones left out)."""
+    root = run_dir / CHECKPOINT_DIR
+    if not root.is_dir():
+        return []
+    found = [(int(m[1]), p) for p in root.iterdir() if (m := _FOLDER.fullmatch(p.name))]
+    return sorted(f for f in found if f[1].is_dir())
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """Why a checkpoint folder cannot be resumed from (None: it can): state.json unreadable or
+    of another step, a tensor file missing, not matching its checksum, or (a checkpoint written
+    before checksums) with an unreadable header."""
+    try:
+        state = json_io.loads((path / "state.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return "no state.json"
+    except (OSError, ValueError):
+        return "state.json is unreadable"
+    match = _FOLDER.fullmatch(path.name)
+    if not isinstance(state, dict) or match is None or state.get("step") != int(match[1]):
+        return "state.json is not this checkpoint's"
+    hashes = state.get("files") if isinstance(state.get("files"), dict) else {}
+    for name in TENSOR_FILES:
+        file = path / name
+        if not file.is_file():
+            return f"{name} is missing"
+        if name in hashes:
+            if _sha256(file) != hashes[name]:
+                return f"{name} does not match its checksum"
+        elif not _readable_safetensors(file):
+            return f"{name} is unreadable"
+    return None
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def _readable_safetensors(path: Path) -> bool:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            handle.keys()
+    except Exception:  # safetensors raises its own error types for a bad header
+        return False
+    return True
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -100,7 +207,7 @@ def find_checkpoint(path: Path) -> Path:
 def read_checkpoint(path: Path) -> Checkpoint:
     path = find_checkpoint(path)
     try:
-        state = json.loads((path / "state.json").read_text())
+        state = json_io.loads((path / "state.json").read_text())
     except (OSError, ValueError):
         raise FlashprobeError(f"unreadable checkpoint state: {path / 'state.json'}") from None
     return Checkpoint(path, int(state["step"]), state)

@@ -105,6 +105,12 @@ class LoopConfig(_Section):
     #: of failing where an op has none), so one config and seed give the same numbers on one
     #: machine; the Triton kernels are deterministic either way.
     deterministic: bool = True
+    #: PyTorch's CPU threads (torch.set_num_threads) while the run trains. CPU matmuls split
+    #: their sums by thread, so the count changes the numbers (a grad norm in the last bits,
+    #: then a divergence step): it is part of the config, hence of a cell's key, and a resume
+    #: with another count is refused. 1 is fastest for small CPU models, and on a shared or
+    #: busy machine; raise it for a large model trained on the CPU.
+    cpu_threads: int = 1
     #: torch.compile the model (nanoGPT's default): fewer kernel launches and far less host
     #: work per step; flashprobe's Triton attention stays one op each way (kernels.ops).
     #: Steps that record attention stats or capture tensors run eagerly (no recompiles).
@@ -126,7 +132,8 @@ class LoopConfig(_Section):
             self.micro_batch_size is None or self.micro_batch_size >= 1,
             "train.micro_batch_size must be >= 1",
         )
-        require(self.seed >= 0, "train.seed must be >= 0")
+        require(0 <= self.seed < 2**64, f"train.seed must be in [0, 2**64), got {self.seed}")
+        require(self.cpu_threads >= 1, "train.cpu_threads must be >= 1")
         require(self.grad_clip is None or self.grad_clip > 0, "train.grad_clip must be > 0")
         require(self.checkpoint_every >= 0, "train.checkpoint_every must be >= 0")
         require(

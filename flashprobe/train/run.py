@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,17 +30,18 @@ import torch
 from safetensors.torch import save_file
 from torch.nn.parallel import DistributedDataParallel
 
+from flashprobe import json_io
 from flashprobe.data.dataset import TokenDataset, open_dataset
 from flashprobe.data.sampler import BatchSampler, batch_at, rank_share
 from flashprobe.errors import FlashprobeError
 from flashprobe.model.gpt import GPT
-from flashprobe.reporting.atomic import write_text_atomic
+from flashprobe.reporting.atomic import default_mode, write_text_atomic
 from flashprobe.train.checkpoint import (
     Checkpoint,
-    latest_checkpoint,
     load_optimizer,
     load_weights,
     read_checkpoint,
+    resume_point,
     save_checkpoint,
 )
 from flashprobe.train.config import TrainConfig
@@ -86,9 +86,12 @@ class RunSummary:
     divergence_rule: str | None
     tokens_per_s: float
     wall_time_s: float
+    #: Why a resume started before the newest checkpoint (a damaged checkpoint or log line;
+    #: checkpoint.ResumePoint): empty when it did not.
+    resume_notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "resume_notes": list(self.resume_notes)}
 
 
 @dataclasses.dataclass
@@ -115,7 +118,9 @@ def train_run(
 ) -> RunSummary:
     """Train (or resume, or branch from a baseline checkpoint) one run into `out_dir`.
 
-    resume: continue from out_dir's latest checkpoint (start fresh when it has none).
+    resume: continue from out_dir's newest intact checkpoint that its logs reach intact
+        (checkpoint.resume_point; start fresh when it has none); a damaged newer checkpoint or
+        log line is named in the summary's resume_notes.
     start_from: a checkpoint (or a run folder: its latest) of another run with the same model
         shape, optimizer, seed and batch size, to branch from: this run continues from that
         step with its own config (e.g. another attention kernel) on the identical data order.
@@ -128,11 +133,24 @@ def train_run(
     if resume and start_from is not None:
         raise FlashprobeError("pass either resume or start_from, not both")
     out_dir = Path(out_dir)
-    dist = setup_distributed(config.train.device)
+    with cpu_threads(config.train.cpu_threads):
+        dist = setup_distributed(config.train.device)
+        try:
+            return _Run(config, out_dir, dist, progress, capture).execute(resume, start_from)
+        finally:
+            dist.close()
+
+
+@contextlib.contextmanager
+def cpu_threads(count: int) -> Iterator[None]:
+    """PyTorch's CPU thread count pinned for the block (train.cpu_threads), then restored: a
+    run's numbers must not depend on how many cores a process was given (--jobs, a scheduler)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
     try:
-        return _Run(config, out_dir, dist, progress, capture).execute(resume, start_from)
+        yield
     finally:
-        dist.close()
+        torch.set_num_threads(before)
 
 
 class _Run:
@@ -176,14 +194,17 @@ class _Run:
         self.monitor = DivergenceMonitor(config.divergence)
         self.state = RunState()
         self.branched_from: str | None = None
+        self.resume_notes: tuple[str, ...] = ()
 
     # -- setup -----------------------------------------------------------------------------------
     def execute(self, resume: bool, start_from: Path | None) -> RunSummary:
         if resume:
-            found = latest_checkpoint(self.out_dir)
-            if found is not None:
-                self._check_resumable()
-                self._restore(read_checkpoint(found))
+            point = resume_point(self.out_dir)
+            self.resume_notes = point.notes
+            if point.checkpoint is not None:
+                checkpoint = read_checkpoint(point.checkpoint)
+                self._check_resumable(checkpoint)
+                self._restore(checkpoint)
         elif start_from is not None:
             checkpoint = read_checkpoint(Path(start_from))
             self._check_branchable(checkpoint)
@@ -204,11 +225,10 @@ class _Run:
         self.monitor.load_state_dict(checkpoint.state["divergence"])
         self.state = RunState(**checkpoint.state["run"])
 
-    def _check_resumable(self) -> None:
-        saved_path = self.out_dir / "config.json"
-        if not saved_path.is_file():
+    def _check_resumable(self, checkpoint: Checkpoint) -> None:
+        saved = checkpoint.state.get("config")
+        if not isinstance(saved, dict):
             return
-        saved = json.loads(saved_path.read_text())["config"]
         for key, (old, new) in _differences(saved, self.config.to_dict()).items():
             if key not in RESUMABLE_KEYS:
                 raise FlashprobeError(
@@ -243,12 +263,13 @@ class _Run:
             "micro_batch_size": self.micro_batch,
             "accumulation": self.accumulation,
             "device": str(self.dist.device),
+            "cpu_threads": torch.get_num_threads(),
             "torch": torch.__version__,
             "branched_from": self.branched_from,
             "start_step": self.state.step,
         }
-        if not (self.out_dir / "config.json").exists() or self.state.step == 0:
-            write_text_atomic(self.out_dir / "config.json", json.dumps(record, indent=1) + "\n")
+        if self.state.step == 0 or not _readable(self.out_dir / "config.json"):
+            write_text_atomic(self.out_dir / "config.json", json_io.dumps(record, indent=1) + "\n")
 
     # -- the loop --------------------------------------------------------------------------------
     def _loop(self) -> RunSummary:
@@ -292,7 +313,7 @@ class _Run:
         summary = self._summary()
         if self.dist.is_main:
             write_text_atomic(
-                self.out_dir / "summary.json", json.dumps(summary.to_dict(), indent=1) + "\n"
+                self.out_dir / "summary.json", json_io.dumps(summary.to_dict(), indent=1) + "\n"
             )
         return summary
 
@@ -401,6 +422,7 @@ class _Run:
         final = folder / f"step_{step:07d}.safetensors"
         tmp = folder / f".{final.name}.tmp"
         save_file(tensors, str(tmp), metadata={"step": str(step)})
+        tmp.chmod(default_mode())  # safetensors writes 0o600
         tmp.replace(final)
 
     def _checkpoint(self) -> None:
@@ -439,7 +461,16 @@ class _Run:
             divergence_rule=first.rule if first else None,
             tokens_per_s=state.tokens / state.train_time_s if state.train_time_s else 0.0,
             wall_time_s=state.wall_time_s,
+            resume_notes=self.resume_notes,
         )
+
+
+def _readable(path: Path) -> bool:
+    try:
+        json_io.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def _every(period: int, step: int) -> bool:

@@ -4,11 +4,20 @@ end to end; finished cells are skipped; interrupted cells need --resume or --res
 from __future__ import annotations
 
 import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+
+from flashprobe.experiments.ablate import code_version
+from flashprobe.train.metrics import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = {
@@ -408,7 +417,7 @@ def test_a_failed_shard_process_makes_the_run_exit_1(tmp_path, run_cli) -> None:
     log = store / "tiny" / "logs" / "shard-1-of-2.log"
     assert "shard 1/2: FAILED (exit 1) after" in result.err
     assert f"1 of 2 shard processes failed (shard 1/2); see {log};" in result.err
-    assert "FileExistsError" in log.read_text()
+    assert f"flashprobe: error: File exists: {store / 'tiny' / seed1}" in log.read_text()
     assert result.out == ""  # no table: the cells are not all done
     summary = json.loads((store / "tiny" / seed0 / "summary.json").read_text())
     assert summary["status"] == "done"  # the other shard finished its cell
@@ -428,3 +437,193 @@ def test_jobs_refuse_to_train_what_the_shards_left(tmp_path, run_cli, monkeypatc
         "flashprobe: the shard processes left 1 of 1 cells unfinished (fa2/seed0 first); "
         "did the suite file or the git commit change meanwhile?"
     )
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (bytes(range(256)), "is not UTF-8 text"),
+        ("name: caf\xe9\n".encode("latin-1"), "is not UTF-8 text (byte 9)"),
+        (b"name: x\nname: y\nbase: {}\n", "duplicate key 'name' (line 2)"),
+        (b"name: ../escape\nbase: {train: {steps: 1}}\n", "suite name '../escape'"),
+        (b"name: " + b"n" * 300 + b"\n", "at most 64"),
+    ],
+)
+def test_unreadable_suite_files_exit_2(tmp_path, run_cli, content: bytes, needle: str) -> None:
+    path = tmp_path / "suite.yaml"
+    path.write_bytes(content)
+    store = tmp_path / "store"
+    one_line_error(run_cli("ablate", "-c", str(path), "--store", str(store)), needle)
+    assert not store.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["suite.yaml"]
+
+
+def test_a_store_that_is_a_file_or_under_one_exits_2(tmp_path, run_cli) -> None:
+    config, blocker = write(tmp_path, TINY), tmp_path / "file"
+    blocker.write_text("keep me")
+    for store in (blocker, blocker / "sub"):
+        for extra in ((), ("--dry-run",), ("--jobs", "2")):
+            result = run_cli("ablate", "-c", config, "--store", str(store), *extra)
+            one_line_error(result, f"--store {store}")
+    assert blocker.read_text() == "keep me"
+    long_name = tmp_path / ("x" * 300)
+    one_line_error(run_cli("ablate", "-c", config, "--store", str(long_name)), "--store")
+
+
+def test_hand_edited_cell_files_are_one_line_errors_and_stay_as_they_are(tmp_path, run_cli) -> None:
+    config, store = write(tmp_path, TINY), tmp_path / "store"
+    assert run_cli("ablate", "-c", config, "--store", str(store), "--variant", "fa2").code == 0
+    (cell,) = (store / "tiny").glob("fa2--*")
+    for name, edit in [
+        ("cell.json", lambda d: {**d, "seed": "zero"}),
+        ("cell.json", lambda d: {**d, "point": 5}),
+        ("cell.json", lambda d: [d]),
+        ("config.json", lambda d: {**d, "train": [1, 2]}),
+        ("summary.json", lambda d: "done"),
+    ]:
+        path = cell / name
+        original = path.read_bytes()
+        path.write_text(json.dumps(edit(json.loads(original))))
+        before = _tree(store)
+        for args in (("report", str(store)), ("ablate", "-c", config, "--store", str(store))):
+            one_line_error(run_cli(*args), f"corrupt cell file {path}")
+        assert _tree(store) == before
+        path.write_bytes(original)
+    (cell / "cell.json").write_bytes(b"\xff\xfe{")
+    one_line_error(run_cli("report", str(store)), "not UTF-8")
+
+
+def test_two_processes_on_one_cell_never_train_it_twice(tmp_path, run_cli) -> None:
+    """A second `ablate` on the same store, plain, with --resume or with --restart, leaves the
+    cell the first process trains alone (one line names the holder; exit 1), deletes none of
+    its output, and once the first is done finds the cell finished: every step logged once."""
+    raw = {**TINY, "variants": {"fa2": {}}}
+    raw["base"] = {**TINY["base"], "train": {**TINY["base"]["train"], "steps": 12}}
+    config, store = write(tmp_path, raw), tmp_path / "store"
+    plan = run_cli("ablate", "-c", config, "--store", str(store), "--dry-run", "--format", "json")
+    cell = store / "tiny" / json.loads(plan.out)[0]["cell"]
+    metrics = cell / "run" / "metrics.jsonl"
+    command = [sys.executable, "-m", "flashprobe", "ablate", "-c", config, "--store", str(store)]
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not (metrics.is_file() and metrics.read_bytes().count(b"\n") >= 2):
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.01)
+        first.send_signal(signal.SIGSTOP)  # frozen mid-run, holding the cell
+        before = {p: p.read_bytes() for p in cell.rglob("*") if p.is_file() and p.name != ".lock"}
+        for flags in ((), ("--resume",), ("--restart",)):
+            second = run_cli("ablate", "-c", config, "--store", str(store), *flags)
+            assert second.code == 1, second.err
+            line = f"fa2/seed0: not run: busy: another process is writing it (pid {first.pid} on "
+            assert line in second.out
+        after = {p: p.read_bytes() for p in cell.rglob("*") if p.is_file() and p.name != ".lock"}
+        assert after == before
+    finally:
+        first.send_signal(signal.SIGCONT)
+        _, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    assert [r["step"] for r in read_jsonl(metrics)] == list(range(12))
+    third = run_cli("ablate", "-c", config, "--store", str(store), "--format", "json")
+    assert third.code == 0 and [c["status"] for c in json.loads(third.out)["cells"]] == ["cached"]
+
+
+def _sensitive_suite() -> dict:
+    """One cell whose CPU sums split differently over 1 and 2 threads (on the 2-core CI machine
+    its numbers part at step 4 when the threads are not pinned), checkpointed every 2 steps."""
+    raw = json.loads(json.dumps({**TINY, "variants": {"fa2": {}}}))
+    base = raw["base"]
+    base["model"]["block_size"] = 64
+    base["optimizer"] = {"lr": 3e-3}
+    base["train"].update(steps=10, batch_size=8, checkpoint_every=2)
+    base["metrics"] = {"eval_every": 5, "eval_batches": 1, "spectral_every": 5,
+                       "attention_stats_every": 5}  # fmt: skip
+    return raw
+
+
+def _run_numbers(store: Path) -> tuple[list[dict], dict, bytes]:
+    """(metrics records without timings, the summary's numbers, the final weights)."""
+    (cell,) = (store / "tiny").glob("fa2--*")
+    records = [
+        {k: v for k, v in r.items() if k not in ("tokens_per_s", "time_s")}
+        for r in read_jsonl(cell / "run" / "metrics.jsonl")
+    ]
+    summary = json.loads((cell / "summary.json").read_text())
+    keys = ("steps_done", "final_loss", "min_loss", "final_val_loss", "diverged", "key")
+    weights = (cell / "run" / "checkpoints" / "step_0000010" / "model.safetensors").read_bytes()
+    return records, {k: summary[k] for k in keys}, weights
+
+
+def test_a_kill_at_a_random_step_resumes_bit_identically(tmp_path, run_cli) -> None:
+    """kill -9 at a random moment of a one-thread shard-like process, then --resume here (every
+    core), and an interruption here resumed in a one-thread process: both give the metrics,
+    summary and final weights of an uninterrupted run, to the bit."""
+    from flashprobe.experiments.ablate import SuiteEvents, plan_suite, prepare_suite, run_plan
+    from flashprobe.experiments.store import ResultStore
+
+    config = write(tmp_path, _sensitive_suite())
+    command = [sys.executable, "-m", "flashprobe", "ablate", "-c", config, "--format", "json"]
+    one_thread = {**os.environ, "OMP_NUM_THREADS": "1"}  # what a --jobs process gets
+    whole = run_cli("ablate", "-c", config, "--store", str(tmp_path / "whole"))
+    assert whole.code == 0, whole.err
+    expected = _run_numbers(tmp_path / "whole")
+    rng = random.Random()
+    lines = rng.randrange(1, 10)  # killed once this many steps are logged (mid-step after)
+
+    store = tmp_path / "killed"
+    child = subprocess.Popen([*command, "--store", str(store)], env=one_thread)
+    deadline = time.monotonic() + 120
+    metrics = None
+    while metrics is None or metrics.read_bytes().count(b"\n") < lines:
+        assert child.poll() is None and time.monotonic() < deadline, f"finished before {lines}"
+        metrics = next((store / "tiny").glob("fa2--*/run/metrics.jsonl"), None)
+        time.sleep(0.002)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    resumed = run_cli("ablate", "-c", config, "--store", str(store), "--resume")
+    assert resumed.code == 0, (lines, resumed.err)
+    assert _run_numbers(store) == expected, f"killed after {lines} logged steps"
+
+    class Crash(SuiteEvents):  # a failure in this process at a random step
+        def step(self, record) -> None:
+            if record["step"] == lines:
+                raise KeyboardInterrupt
+
+    store = tmp_path / "crashed"
+    plan = plan_suite(prepare_suite(config), ResultStore(store), version=code_version())
+    with pytest.raises(KeyboardInterrupt):
+        run_plan(plan, ResultStore(store), version=code_version(), events=Crash())
+    finish = subprocess.run(
+        [*command, "--store", str(store), "--resume"], env=one_thread, capture_output=True
+    )
+    assert finish.returncode == 0, finish.stderr.decode()
+    assert _run_numbers(store) == expected, f"interrupted at step {lines}"
+
+
+def test_a_read_only_store_exits_2_before_writing(tmp_path, run_cli, monkeypatch) -> None:
+    """A read-only file system (or folder) as --store: one line, nothing written. (Simulated:
+    the tests may run as root, which writes anywhere.)"""
+    from flashprobe.experiments import store as store_module
+
+    config, store = write(tmp_path, TINY), tmp_path / "store"
+    store.mkdir()
+    real = store_module.os.access
+
+    def access(path, mode: int) -> bool:  # no writing in the store
+        return not (Path(path) == store and mode & os.W_OK) and real(path, mode)
+
+    monkeypatch.setattr(store_module.os, "access", access)
+    one_line_error(run_cli("ablate", "-c", config, "--store", str(store)), "is not writable")
+    assert list(store.iterdir()) == []
+
+
+def test_a_file_where_the_suite_folder_goes_exits_2(tmp_path, run_cli) -> None:
+    config, store = write(tmp_path, TINY), tmp_path / "store"
+    store.mkdir()
+    (store / "tiny").write_text("keep")
+    one_line_error(run_cli("ablate", "-c", config, "--store", str(store)), "is not a folder")
+    assert (store / "tiny").read_text() == "keep"
+    one_line_error(run_cli("ablate", "-c", "/dev/null"), "not a regular file")

@@ -39,3 +39,18 @@ def test_unknown_option_is_one_line_exit_2(run_cli) -> None:
     assert result.code == 2
     assert len(result.err.strip().splitlines()) == 1
     assert "--no-such-flag" in result.err
+
+
+def test_an_os_error_is_one_line_exit_1(run_cli, monkeypatch, tmp_path) -> None:
+    """A full disk or a vanished folder mid-command: one line naming it, no traceback."""
+    import errno
+
+    from flashprobe.reporting import report
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "x"))
+
+    monkeypatch.setattr(report, "build_reports", full_disk)
+    result = run_cli("report", str(tmp_path))
+    assert result.code == 1
+    assert result.err.strip() == f"flashprobe: error: No space left on device: {tmp_path / 'x'}"

@@ -185,3 +185,47 @@ def test_report_fits_100_columns_unless_wide(run_cli, tmp_path) -> None:
     assert max(len(line) for line in wide.out.splitlines()) > 100
     for word in ("Ranking", "K-shift leak", "P̄=1/row", "Fisher p", "verdict", "Method:"):
         assert word in narrow.out and word in wide.out
+
+
+def test_plot_folder_that_cannot_be_written_exits_2_before_reading(run_cli, tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    root = fixtures.make_store(tmp_path / "store")
+    blocker = tmp_path / "file"
+    blocker.write_text("keep")
+    for plot in (blocker, blocker / "figures"):
+        result = run_cli("report", str(root), "--plot", str(plot))
+        assert result.code == 2 and len(result.err.strip().splitlines()) == 1, result.err
+        assert "--plot" in result.err and result.out == ""
+    assert blocker.read_text() == "keep"
+
+
+def test_report_lists_what_is_inconsistent_in_the_store(run_cli, tmp_path) -> None:
+    root = fixtures.make_store(tmp_path / "store")
+    clean = run_cli("report", str(root))
+    assert clean.code == 0, clean.err
+    assert "store check" not in clean.out
+    cells = sorted((root / "planted").glob("*--*"))
+    metrics = cells[0] / "run" / "metrics.jsonl"
+    metrics.write_text(metrics.read_text() + metrics.read_text().splitlines()[-1] + "\n")
+    summary = json.loads((cells[1] / "summary.json").read_text())
+    (cells[1] / "summary.json").write_text(json.dumps({**summary, "final_loss": "NaN"}))
+    result = run_cli("report", str(root))
+    assert result.code == 0, result.err
+    notes = result.out.split("Notes\n-----\n")[1]
+    assert f"store check: {cells[0].name}: run/metrics.jsonl: 1 step logged twice (3)" in notes
+    assert f"store check: {cells[1].name}: summary.json final_loss is str 'NaN'" in notes
+    document = json.loads(run_cli("report", str(root), "--format", "json").out)
+    assert sum("store check" in n for n in document[0]["notes"]) == 2
+
+
+def test_replay_of_captures_that_do_not_fit_their_config_is_one_line(run_cli, tmp_path) -> None:
+    root = fixtures.make_store(tmp_path / "store")
+    cell = sorted((root / "planted").glob("baseline--*"))[0]
+    config = json.loads((cell / "config.json").read_text())
+    config["model"]["n_head"] = 8  # the captures hold 2 heads
+    (cell / "config.json").write_text(json.dumps(config))
+    result = run_cli("replay", str(root), "--baseline", "baseline")
+    assert result.code == 1
+    (last,) = [line for line in result.err.splitlines() if line.startswith("flashprobe:")]
+    assert last.startswith("flashprobe: replay of suite planted failed: RuntimeError: ")
+    assert "Traceback" not in result.err

@@ -4,7 +4,9 @@ failures, branching from the source's checkpoint, captures in the store."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ from flashprobe.experiments.ablate import (
     shard_numbers,
 )
 from flashprobe.experiments.cell_config import normalise_cell_config
+from flashprobe.experiments.cell_lock import cell_lock
 from flashprobe.experiments.store import ResultStore
 from flashprobe.experiments.suite import expand_suite
 from flashprobe.train.metrics import read_jsonl
@@ -356,3 +359,96 @@ def test_replay_after_the_run_uses_what_finished(tmp_path, make_suite) -> None:
     skipped = replay_finished(store, suite, only_sfa)
     assert skipped.status == "skipped" and "baseline fa2 finished no cell" in skipped.message
     assert replay_finished(store, suite_of(make_suite()), outcomes).status == "skipped"
+
+
+def test_a_shared_store_is_readable_by_the_team(tmp_path, make_suite) -> None:
+    """Every file and folder a run writes has the mode open() and mkdir() give under the umask
+    (group-readable under 0o002/0o022), not mkstemp's 0o600 or mkdtemp's 0o700."""
+    previous = os.umask(0o002)
+    try:
+        raw = make_suite(base={"capture": {"layers": [1], "steps": [2]}})
+        outcomes = run(raw, tmp_path)
+    finally:
+        os.umask(previous)
+    assert [o.status for o in outcomes] == ["done", "done"]
+    modes = {
+        str(p.relative_to(tmp_path)): stat.S_IMODE(p.stat().st_mode) for p in tmp_path.rglob("*")
+    }
+    assert any("checkpoints/step_" in p for p in modes) and any("captures" in p for p in modes)
+    wrong = {
+        p: oct(m) for p, m in modes.items() if m != (0o775 if (tmp_path / p).is_dir() else 0o664)
+    }
+    assert not wrong, sorted(wrong.items())
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    """Every file's bytes, but the lock's (it names its latest holder)."""
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and p.name != ".lock"
+    }
+
+
+def test_a_cell_another_process_writes_is_left_alone(tmp_path, make_suite) -> None:
+    """While a cell's lock is held elsewhere, no flag (run, --resume, --restart) trains it or
+    deletes its output; once free, a finished cell is read back and an abandoned one needs
+    --resume or --restart."""
+    raw = make_suite()
+    raw["variants"] = {"fa2": {}}
+    with pytest.raises(KeyboardInterrupt):
+        run(raw, tmp_path, events=Recorder(at=("fa2/seed0", 5)))
+    store = ResultStore(tmp_path)
+    cell = plan_suite(suite_of(raw), store, version="test", resume=True)[0]
+    before = _files(cell.path)
+    with cell_lock(cell.path):  # as another process would hold it
+        for flags in ({}, {"resume": True}, {"restart": True}):
+            plan = plan_suite(suite_of(raw), store, version="test", **flags)
+            assert [p.action for p in plan] == ["busy"]
+            assert plan[0].holder.startswith(f"pid {os.getpid()} ")
+            (outcome,) = run_plan(plan, store, version="test")
+            assert outcome.status == "not_run"
+            assert outcome.message.startswith("busy: another process is writing it (pid ")
+            assert _files(cell.path) == before
+        # the holder stops without finishing: a plan made meanwhile does not take the cell over
+        stale = plan_suite(suite_of(raw), store, version="test", restart=True)
+    (outcome,) = run_plan(stale, store, version="test")
+    assert outcome.status == "not_run" and "rerun (with --resume to continue it)" in outcome.message
+    assert _files(cell.path) == before
+    (resumed,) = run(raw, tmp_path, resume=True)
+    assert resumed.status == "done" and resumed.summary["resumed_from_step"] == 4
+
+
+def test_a_cell_finished_elsewhere_after_planning_is_read_back(tmp_path, make_suite) -> None:
+    raw = make_suite()
+    store = ResultStore(tmp_path / "b")
+    plan = plan_suite(suite_of(raw), store, version="test")
+    done = run(raw, tmp_path / "b")  # "another process" finishes both cells first
+    events = Recorder()
+    again = run_plan(plan, store, version="test", events=events)
+    assert [o.status for o in again] == ["cached", "cached"] and events.steps == []
+    assert [o.summary["final_loss"] for o in again] == [o.summary["final_loss"] for o in done]
+
+
+def test_resume_skips_a_damaged_checkpoint_and_says_so(tmp_path, make_suite) -> None:
+    raw = make_suite(base={"train": {"steps": 12}})
+    raw["variants"] = {"fa2": {}}
+    (whole,) = run(raw, tmp_path / "whole")
+    with pytest.raises(KeyboardInterrupt):  # checkpoints at 4 and 8
+        run(raw, tmp_path / "parts", events=Recorder(at=("fa2/seed0", 9)))
+    store = ResultStore(tmp_path / "parts")
+    (planned,) = plan_suite(suite_of(raw), store, version="test", resume=True)
+    model = planned.run_dir / "checkpoints" / "step_0000008" / "model.safetensors"
+    model.write_bytes(model.read_bytes()[:-64])  # a torn copy, a disk error
+    (replanned,) = plan_suite(suite_of(raw), store, version="test", resume=True)
+    assert replanned.checkpoint_step == 4  # not 8 (damaged), and not 0 either
+    events = Recorder()
+    (resumed,) = run_plan([replanned], store, version="test", events=events)
+    assert events.steps == [("fa2/seed0", s) for s in range(4, 12)]
+    assert resumed.summary["resumed_from_step"] == 4
+    assert resumed.message == (
+        "resumed from step 4, not step 8: checkpoint step_0000008 is damaged "
+        "(model.safetensors does not match its checksum)"
+    )
+    assert losses(resumed) == losses(whole)
+    assert resumed.summary["final_loss"] == whole.summary["final_loss"]

@@ -150,3 +150,73 @@ def test_children_share_the_cpu_cores(monkeypatch) -> None:
     assert parallel.child_environment(32)["OMP_NUM_THREADS"] == "1"
     monkeypatch.setenv("OMP_NUM_THREADS", "8")  # the user's choice stands
     assert parallel.child_environment(3)["OMP_NUM_THREADS"] == "8"
+
+
+def _gone(pid: int) -> bool:
+    """The process ended (a zombie nobody reaped counts as ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")
+
+
+def _wait_gone(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not _gone(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl and /proc: Linux")
+def test_a_shard_dies_with_its_parent_killed_9(tmp_path) -> None:
+    """The kernel's parent-death signal: a child that does nothing to watch its parent (a plain
+    sleep here) still ends when the parent that started it is killed with SIGKILL."""
+    parent_code = (
+        "import sys, time; from pathlib import Path; from flashprobe.experiments import parallel;"
+        f"shard = parallel.Shard(0, 1, {python('import time; time.sleep(60)')!r},"
+        f" Path({str(tmp_path / 'shard.log')!r}), 1);"
+        "print(parallel._start(shard).pid, flush=True); time.sleep(60)"
+    )
+    parent = subprocess.Popen(python(parent_code), stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        assert not _gone(child)
+    finally:
+        parent.kill()
+        parent.wait()
+    assert _wait_gone(child, 10), f"shard process {child} outlived its parent"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc: Linux")
+def test_a_shard_watches_its_parent_where_no_death_signal_is_armed(tmp_path) -> None:
+    """The fallback: a shard started without prctl (another OS) stops once its parent pid is
+    gone, through watch_parent, as on SIGTERM (KeyboardInterrupt, not a silent kill)."""
+    ready, log = tmp_path / "ready", tmp_path / "child.log"
+    child_code = (
+        "import os, time; from pathlib import Path; from flashprobe.experiments import parallel;"
+        "parallel.watch_parent(poll_s=0.05); Path(os.environ['READY']).write_text(str(os.getpid()))"
+        "\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"
+        "    Path(os.environ['READY']).write_text('stopped')"
+    )
+    middle_code = (
+        "import os, subprocess, sys, time;"
+        f"env = {{**os.environ, {parallel.PARENT_ENV!r}: str(os.getpid()),"
+        f" 'READY': {str(ready)!r}}};"
+        f"subprocess.Popen({python(child_code)!r}, env=env, stdout=open({str(log)!r}, 'w'),"
+        " stderr=subprocess.STDOUT); time.sleep(60)"
+    )
+    middle = subprocess.Popen(python(middle_code))
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.is_file() or not ready.read_text().isdigit():
+            assert time.monotonic() < deadline and middle.poll() is None
+            time.sleep(0.05)
+        child = int(ready.read_text())
+    finally:
+        middle.kill()
+        middle.wait()
+    assert _wait_gone(child, 10), f"process {child} outlived its parent"
+    assert ready.read_text() == "stopped", log.read_text()

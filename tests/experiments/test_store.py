@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from flashprobe.errors import FlashprobeError
@@ -10,7 +12,7 @@ RAW = {
     "name": "demo",
     "seeds": [0],
     "base": {"train": {"steps": 4}},
-    "variants": {"baseline": {}, "delta fp32": {"kernel": {"delta_source": "o_fp32"}}},
+    "variants": {"baseline": {}, "delta-fp32": {"kernel": {"delta_source": "o_fp32"}}},
 }
 
 
@@ -24,10 +26,11 @@ def test_open_finish_and_read_back(tmp_path) -> None:
     assert not store.is_finished(cells[0], "v2")  # new code version: a new cell
     store.open_cell(cells[1], "v1", {"gpu": None})
     records = list(store.records())
-    assert [r.meta["variant"] for r in records] == ["baseline", "delta fp32"]
+    assert [r.meta["variant"] for r in records] == ["baseline", "delta-fp32"]
     assert records[0].finished and not records[1].finished
     assert records[0].config["train"]["steps"] == 4
-    assert " " not in records[1].path.name  # variant names are made path-safe
+    assert records[1].path.parent == tmp_path / "demo"
+    assert records[1].path.name.startswith("delta-fp32--")  # the name verbatim: injective
 
 
 def test_missing_and_corrupt_store(tmp_path) -> None:
@@ -55,3 +58,32 @@ def test_interrupted_cells_and_reset(tmp_path) -> None:
     assert (path / "environment.json").read_text().count("first") == 1
     store.reset(path)
     assert not (path / "run").exists() and not store.is_interrupted(cell, "v1")
+
+
+def test_cells_never_land_outside_the_store(tmp_path) -> None:
+    store = ResultStore(tmp_path / "store")
+    cell = expand_suite(RAW).cells[0]
+    (tmp_path / "store").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "store" / "demo").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(FlashprobeError, match="outside the store"):
+        store.open_cell(cell, "v1", {})
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+    forged = dataclasses.replace(cell, suite="../escape")  # past validation: still refused
+    with pytest.raises(FlashprobeError, match="suite name"):
+        store.cell_dir(forged, "v1")
+    for name in ("../x", "/abs", "", ".", ".."):
+        with pytest.raises(FlashprobeError, match="--suite"):
+            list(store.records(name))
+
+
+def test_a_run_folder_linked_out_of_the_store_is_refused(tmp_path) -> None:
+    store = ResultStore(tmp_path / "store")
+    cell = expand_suite(RAW).cells[0]
+    path = store.cell_dir(cell, "v1")
+    path.mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (path / "run").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(FlashprobeError, match="outside the store"):
+        store.open_cell(cell, "v1", {})
+    assert list((tmp_path / "elsewhere").iterdir()) == []

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from flashprobe.errors import FlashprobeError
@@ -190,3 +192,51 @@ def test_inherit_errors(tmp_path, text: str, needle: str) -> None:
     (tmp_path / "self.yaml").write_text(text + "base: {}\n")
     with pytest.raises(FlashprobeError, match=needle):
         load_suite(tmp_path / "self.yaml")
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"name": "../x"}, "suite name '../x'"),
+        ({"name": "/abs/path"}, "suite name"),
+        ({"name": ""}, "suite name is empty"),
+        ({"name": ".."}, "suite name"),
+        ({"name": "a" * 65}, "at most 64"),
+        ({"name": None}, None),  # null: the default name
+        ({"name": ["x"]}, "suite name must be a string"),
+        ({"variants": {"a/b": {}}}, "variant name 'a/b'"),
+        ({"variants": {"": {}}}, "variant name is empty"),
+        ({"variants": {"x y": {}}}, "variant name 'x y'"),
+        ({"variants": {".hidden": {}}}, "variant name"),
+        ({"variants": {None: {}}}, "variant name must be a string"),
+        ({"variants": {"fa2": {}, "FA2": {}}}, "would share a folder"),
+        ({"variants": {1: {}, "1": {}}}, "would share a folder"),
+    ],
+)
+def test_names_are_checked_and_never_collide(changes: dict, message: str | None) -> None:
+    raw = {"seeds": [0], "base": {"train": {"steps": 2}}, **changes}
+    if message is None:
+        assert expand_suite(raw, default_name="from-file").name == "from-file"
+        return
+    with pytest.raises(FlashprobeError, match=re.escape(message)):
+        expand_suite(raw)
+
+
+def test_a_file_name_that_is_no_suite_name_asks_for_name(tmp_path) -> None:
+    path = tmp_path / "my suite.yaml"
+    path.write_text("base: {train: {steps: 2}}\n")
+    with pytest.raises(FlashprobeError, match="taken from the file name; set `name:`"):
+        load_suite(path)
+    path.write_text("name: mine\nbase: {train: {steps: 2}}\n")
+    assert load_suite(path).name == "mine"
+
+
+def test_a_variant_added_by_set_is_checked_too() -> None:
+    with pytest.raises(FlashprobeError, match="variant name"):
+        expand_suite(RAW, overrides=["variants={'../x': {}}"])
+
+
+def test_a_suite_of_too_many_cells_is_refused_before_expanding() -> None:
+    raw = {**RAW, "axes": {f"x.a{i}": list(range(10)) for i in range(6)}}  # 10**6 points
+    with pytest.raises(FlashprobeError, match=r"expands to 4000000 cells .*at most 10000"):
+        expand_suite(raw)

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+import os
+import stat
+
 import pytest
 
 from flashprobe.errors import FlashprobeError
-from flashprobe.reporting.atomic import write_text_atomic, write_text_new
+from flashprobe.reporting.atomic import check_output_folder, write_text_atomic, write_text_new
 
 
 def test_atomic_write_replaces_and_leaves_no_temp(tmp_path) -> None:
@@ -20,3 +23,26 @@ def test_write_new_refuses_to_overwrite(tmp_path) -> None:
     with pytest.raises(FlashprobeError, match="exists"):
         write_text_new(path, "second")
     assert path.read_text() == "first"
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
+def test_atomic_files_get_the_umask_mode_not_0600(tmp_path, umask: int) -> None:
+    previous = os.umask(umask)
+    try:
+        path = tmp_path / "out.json"
+        write_text_atomic(path, "x")
+        plain = tmp_path / "plain.json"
+        plain.write_text("x")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
+    assert stat.S_IMODE(path.stat().st_mode) == stat.S_IMODE(plain.stat().st_mode)
+
+
+def test_check_output_folder_creates_nothing(tmp_path) -> None:
+    check_output_folder(tmp_path / "a" / "b", "--plot")
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "file").write_text("x")
+    for bad in (tmp_path / "file", tmp_path / "file" / "sub"):
+        with pytest.raises(FlashprobeError, match="is not a folder"):
+            check_output_folder(bad, "--plot")

@@ -29,3 +29,9 @@ def tiny_config(**sections) -> TrainConfig:
 def make_config() -> Callable[..., TrainConfig]:
     """`make_config(train={"steps": 20}, ...)`: the tiny config with some keys changed."""
     return tiny_config
+
+
+@pytest.fixture(scope="module")
+def make_config_module() -> Callable[..., TrainConfig]:
+    """make_config for module-scoped fixtures."""
+    return tiny_config

@@ -65,3 +65,9 @@ def test_accumulation_from_batch_and_world_size() -> None:
         loop.accumulation(3)
     with pytest.raises(FlashprobeError, match="must divide the per-rank batch"):
         LoopConfig(batch_size=16, micro_batch_size=3).accumulation(1)
+
+
+def test_a_seed_torch_cannot_take_is_refused() -> None:
+    with pytest.raises(FlashprobeError, match=r"train.seed must be in \[0, 2\*\*64\)"):
+        TrainConfig.from_dict({"train": {"seed": 2**64}})
+    assert TrainConfig.from_dict({"train": {"seed": 2**64 - 1}}).train.seed == 2**64 - 1

@@ -11,6 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from flashprobe import json_io
 from flashprobe.errors import FlashprobeError
 from flashprobe.model import GPT
 from flashprobe.train import train_run
@@ -256,8 +257,17 @@ def test_nan_attention_output_is_a_divergence_not_a_crash(tmp_path, make_config,
     assert summary.steps_done < 12
     state_files = list((tmp_path / "run" / "checkpoints").glob("step_*/state.json"))
     assert state_files
-    for path in state_files:
-        json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"non-strict {c}"))
+    written = [*(tmp_path / "run").rglob("*.json"), *(tmp_path / "run").rglob("*.jsonl")]
+    for path in written:  # strict JSON everywhere: no NaN / Infinity tokens
+        texts = path.read_text().splitlines() if path.suffix == ".jsonl" else [path.read_text()]
+        for text in texts:
+            json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict {c}"))
+    # ... and the NaN is flagged, so it reads back as the NaN it was, not as "no value"
+    raw = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert raw["final_loss"] is None and raw["_nonfinite"] == {"/final_loss": "NaN"}
+    assert math.isnan(json_io.loads((tmp_path / "run" / "summary.json").read_text())["final_loss"])
+    last = read_jsonl(tmp_path / "run" / "metrics.jsonl")[-1]
+    assert math.isnan(last["loss"]) and last["divergence"]["rule"] == "nonfinite"
 
 
 @pytest.mark.parametrize("deterministic", [True, False])
@@ -281,3 +291,59 @@ def test_same_config_and_seed_repeat_exactly_on_cuda(tmp_path, make_config) -> N
     train_run(config, tmp_path / "a")
     train_run(config, tmp_path / "b")
     assert losses(tmp_path / "a") == losses(tmp_path / "b")
+
+
+def test_resume_recomputes_what_a_damaged_log_line_hides(tmp_path, make_config) -> None:
+    """A corrupt line mid metrics.jsonl: the resume goes back to the checkpoint before it and
+    recomputes, so no step is missing and the losses are the uninterrupted run's."""
+    config = make_config(train={"checkpoint_every": 4})
+    train_run(config, tmp_path / "whole")
+    with pytest.raises(Interrupted):
+        train_run(config, tmp_path / "parts", progress=interrupt_after(9))  # checkpoint at 8
+    path = tmp_path / "parts" / "metrics.jsonl"
+    lines = path.read_text().splitlines()
+    lines[5] = "{garbage"
+    path.write_text("\n".join(lines) + "\n")
+    summary = train_run(config, tmp_path / "parts", resume=True)
+    (note,) = summary.resume_notes
+    assert note == "metrics.jsonl line 6 is damaged (steps from 5 are recomputed)"
+    assert losses(tmp_path / "parts") == losses(tmp_path / "whole")
+    assert [r["step"] for r in read_jsonl(path)] == list(range(12))
+
+
+def _numbers(run_dir) -> list[dict]:
+    """Every metrics record without its timings: what must repeat to the bit."""
+    return [
+        {k: v for k, v in r.items() if k not in ("tokens_per_s", "time_s")}
+        for r in read_jsonl(run_dir / "metrics.jsonl")
+    ]
+
+
+def test_the_cpu_thread_count_is_pinned_by_the_config(tmp_path, make_config) -> None:
+    """The run trains with train.cpu_threads whatever the process had (one core per --jobs
+    process, every core alone): the same numbers, the count recorded, the process's own count
+    restored afterwards, and a resume with another count refused."""
+    quiet = {"eval_every": 0, "spectral_every": 0, "attention_stats_every": 0}
+    config = make_config(train={"steps": 3}, metrics=quiet)
+    seen: list[int] = []
+
+    def progress(record: dict) -> None:  # the count each step trains with
+        seen.append(torch.get_num_threads())
+
+    before = torch.get_num_threads()
+    two = make_config(train={"steps": 3, "cpu_threads": 2}, metrics=quiet)
+    try:
+        for ambient in (1, 2, 3):
+            torch.set_num_threads(ambient)
+            train_run(config, tmp_path / f"ambient{ambient}", progress=progress)
+            assert torch.get_num_threads() == ambient
+        train_run(two, tmp_path / "two", progress=progress)
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1] * 9 + [2] * 3
+    assert _numbers(tmp_path / "ambient1") == _numbers(tmp_path / "ambient2")
+    assert _numbers(tmp_path / "ambient1") == _numbers(tmp_path / "ambient3")
+    saved = json.loads((tmp_path / "ambient2" / "config.json").read_text())
+    assert saved["cpu_threads"] == 1 and saved["config"]["train"]["cpu_threads"] == 1
+    with pytest.raises(FlashprobeError, match=r"config key train\.cpu_threads changed"):
+        train_run(two, tmp_path / "ambient1", resume=True)
