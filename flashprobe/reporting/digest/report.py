@@ -246,8 +246,8 @@ def _run_notes(
     old = [c for c in cells if c.version < 2]
     if old:
         out.append(
-            f"{len(old)} run(s) from v1 digests: no config (lengths are the steps reached), no "
-            "last step (a cut run's steps reached are its last record + 1, shown ≥)"
+            f"{len(old)} run(s) from v1 digests: no config (a run's length is the steps it "
+            "reached) and no last logged step (a cut run reached at least its last record + 1)"
         )
     empty = [c.label for c in cells if not c.loss]
     if empty:

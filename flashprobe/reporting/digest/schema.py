@@ -11,6 +11,7 @@ Version 2 (written by digest.writer), strict JSON (a non-finite number is null):
         "environment": {...environment.json...}, "started": 1733100000.0,
         "summary": {...summary.json...} | null (unfinished),
         "last_step": 2369,                      # the last step in metrics.jsonl (0-based)
+        "checkpoint_step": 2370,                # steps done at the latest checkpoint | null
         "divergence": {"step": 1755, "rule": "rise", "detail": "..."} | null,
         "skipped_updates": 0,
         "loss": [[step, loss, grad_norm], ...],   # thinned: about one record per `every` steps
@@ -30,8 +31,8 @@ Version 1 (scripts/store_digest.py, before this module): a bare list of cells wi
 `summary`, `loss`, `val_loss`, `max_logit` ([step, max logit, ties, leak, ΣP − 1, min row max]
 per record, the later fields absent in older files), `wq_spectral` ([step, largest W_Q head per
 layer]) and, in the latest, `qk_spectral` ([step, wq, wk, largest W_K head]) and `tie_counts`
-([step, {layer: [ties, P̄ = 1]}]). It has no config, start time or last step: a cut run's steps
-reached are the last recorded step + 1 (a lower bound), and NaN may appear as a bare token.
+([step, {layer: [ties, P̄ = 1]}]). It has no config, start time, last step or checkpoint step: a cut
+run's steps reached are its last recorded step + 1, and NaN may appear as a bare token.
 
 `load_digest` reads either into DigestCells; anything else is a one-line FlashprobeError.
 """
@@ -117,6 +118,7 @@ class DigestCell:
     environment: Mapping[str, Any] | None = None
     started: float | None = None
     last_step: int | None = None
+    checkpoint_step: int | None = None
     divergence: Mapping[str, Any] | None = None
     skipped_updates: int | None = None
     loss: tuple[tuple[int, float | None, float | None], ...] = ()
@@ -185,20 +187,23 @@ class DigestCell:
 
     @property
     def steps_reached(self) -> int:
-        """Steps trained: the summary's steps_done, else the last logged step + 1 (v1: the
-        last recorded step + 1, a lower bound)."""
+        """Steps trained: the summary's steps_done; an unfinished run's, at least: the last
+        logged step + 1 or its latest checkpoint's step, whichever is later (v1: the last
+        recorded step + 1)."""
         done = (self.summary or {}).get("steps_done")
         if isinstance(done, int):
             return done
-        if self.last_step is not None:
-            return self.last_step + 1
         steps = [r[0] for r in self.loss] + [r[0] for r in self.val_loss]
         steps += [r.step for r in self.attention] + [r.step for r in self.spectral]
-        return max(steps, default=-1) + 1
+        if self.last_step is not None:
+            steps.append(self.last_step)
+        logged = max(steps, default=-1) + 1
+        return max(logged, self.checkpoint_step or 0)
 
     @property
     def reached_is_exact(self) -> bool:
-        return isinstance((self.summary or {}).get("steps_done"), int) or self.last_step is not None
+        """False for an unfinished run: it may have trained past its last log or checkpoint."""
+        return isinstance((self.summary or {}).get("steps_done"), int)
 
     def describe_source(self) -> str:
         return f"{self.source.name}#{self.index}"
@@ -283,8 +288,9 @@ def _v2_cell(raw: Any, path: Path, order: int, index: int, version: int) -> Dige
         )
         for r in _records(cell.get("spectral"), "spectral", index, Mapping)
     )
-    known = {"meta", "config", "environment", "started", "summary", "last_step", "divergence",
-             "skipped_updates", "loss", "val_loss", "attention", "spectral"}  # fmt: skip
+    known = {"meta", "config", "environment", "started", "summary", "last_step",
+             "checkpoint_step", "divergence", "skipped_updates", "loss", "val_loss", "attention",
+             "spectral"}  # fmt: skip
     return DigestCell(
         source=path,
         order=order,
@@ -296,6 +302,7 @@ def _v2_cell(raw: Any, path: Path, order: int, index: int, version: int) -> Dige
         environment=_optional_mapping(cell.get("environment"), "environment", index),
         started=_optional_number(cell.get("started")),
         last_step=_optional_int(cell.get("last_step")),
+        checkpoint_step=_optional_int(cell.get("checkpoint_step")),
         divergence=_optional_mapping(cell.get("divergence"), "divergence", index),
         skipped_updates=_optional_int(cell.get("skipped_updates")),
         loss=_loss(cell.get("loss"), index),

@@ -2,8 +2,9 @@
 
 For bringing results back from a device machine, where a whole store (deep folders, many
 files, checkpoints) cannot travel: per cell its meta, config, environment, summary, the last
-logged step, the first divergence the metrics recorded, a loss curve thinned to about one
-record per `every` steps, and every attention and spectral record reduced over heads.
+logged step and the latest checkpoint's, the first divergence the metrics recorded, a loss
+curve thinned to about one record per `every` steps, and every attention and spectral record
+reduced over heads.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from flashprobe.experiments.store import ENVIRONMENT_FILE, read_json
 from flashprobe.reporting.atomic import write_text_atomic, write_text_new
 from flashprobe.reporting.digest.schema import FORMAT, VERSION
 from flashprobe.reporting.render import to_jsonable
+from flashprobe.train.checkpoint import checkpoint_step, latest_checkpoint
 
 DEFAULT_EVERY = 10
 
@@ -87,6 +89,7 @@ def digest_cell(cell: sr.CellView, every: int) -> dict[str, Any]:
         "started": cell.started or None,
         "summary": cell.summary,
         "last_step": max((int(r.get("step", 0)) for r in records), default=None),
+        "checkpoint_step": _checkpoint_step(cell),
         "divergence": divergence,
         "skipped_updates": sum(1 for r in records if r.get("skipped_update")),
         "loss": thin(loss, every, keep),
@@ -137,6 +140,13 @@ def spectral_record(record: Mapping[str, Any]) -> dict[str, Any]:
         "wq_head_max": [_reduce(max, h) for h in spectral.get("wq_heads") or []] or None,
         "wk_head_max": [_reduce(max, h) for h in spectral.get("wk_heads") or []] or None,
     }
+
+
+def _checkpoint_step(cell: sr.CellView) -> int | None:
+    """Steps done at the cell's latest checkpoint (a run cut by SIGINT checkpoints the very
+    step it stopped at, after its last logged step)."""
+    found = latest_checkpoint(cell.run_dir)
+    return None if found is None else checkpoint_step(found)
 
 
 def _reduce(how: Any, values: Sequence[float | None] | None) -> float | None:
