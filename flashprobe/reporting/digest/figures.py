@@ -105,7 +105,7 @@ def _per_variant(
                 ax.set_yscale("log")
             ax.set_title(label, fontsize=9)
             ax.set_ylabel(ylabel, fontsize=8)
-            ax.set_xlabel("step (0-based)", fontsize=8)
+            _step_axis(ax, fontsize=8)
             ax.tick_params(labelsize=7, labelbottom=True)
             _legend(ax)
     for k in range(len(groups), blocks * ncols):  # empty cells of the last row
@@ -167,7 +167,7 @@ def _spectral_heatmap(
             ax.legend(fontsize=7, loc="upper left")
         kind = "whole matrix" if trajectory.series in ("wq", "wk") else "largest head"
         ax.set_title(f"{matrix} ({kind})", fontsize=9)
-        ax.set_xlabel("step (0-based)")
+        _step_axis(ax)
         ax.set_ylabel("layer (0-based)")
         ax.set_yticks(range(trajectory.layers))
         ax.tick_params(labelsize=7)
@@ -195,14 +195,14 @@ def _attention_layers(plt: Any, cell: DigestCell, horizon: int | None, path: Pat
                 colour = cmap(layer / max(1, len(layers) - 1))
                 _line(ax, series[layer], colour, "-", f"layer {layer}")
         if not series:
-            ax.text(0.5, 0.5, "not counted (sdpa / math attention)", ha="center", va="center",
-                    transform=ax.transAxes, color="grey")  # fmt: skip
+            ax.text(0.5, 0.5, "not counted (sdpa / math) or not in the digest", ha="center",
+                    va="center", transform=ax.transAxes, color="grey")  # fmt: skip
         elif log and _positive(ax):
             ax.set_yscale("log")
         if cell.diverged_step is not None and (horizon is None or cell.diverged_step <= horizon):
             ax.axvline(cell.diverged_step, color="red", ls=":", lw=1.2)
         ax.set_title(ylabel, fontsize=9)
-        ax.set_xlabel("step (0-based)")
+        _step_axis(ax)
         ax.tick_params(labelsize=7)
         _legend(ax, ncol=2)
     fig.suptitle(f"{cell.suite}: {cell.label}, attention per layer (dotted: divergence)",
@@ -215,6 +215,14 @@ def _line(ax: Any, pts: Series, colour: Any, style: str, label: str) -> None:
     xs, ys = zip(*pts, strict=True)
     marker = "o" if len(pts) < 3 else None  # one or two points stay visible
     ax.plot(xs, ys, color=colour, ls=style, lw=1, marker=marker, ms=4, label=label)
+
+
+def _step_axis(ax: Any, fontsize: float | None = None) -> None:
+    """Steps are whole numbers: no 8.6, 8.8 ticks around a run's only record."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    ax.set_xlabel("step (0-based)", fontsize=fontsize)
 
 
 def _positive(ax: Any) -> bool:

@@ -105,7 +105,7 @@ def seed_outcome(cell: DigestCell, horizon: int | None = None) -> SeedOutcome:
     reached = cell.steps_reached
     if failed is not None:
         return SeedOutcome(cell, DIVERGED, failed)
-    bound = "" if cell.reached_is_exact else "at least "
+    bound = "" if cell.reached_is_exact else "≥"
     if horizon is None:
         if cell.finished:
             return SeedOutcome(cell, NOT_DIVERGED, reached)
