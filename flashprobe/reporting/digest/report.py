@@ -82,13 +82,24 @@ class DigestSuiteReport:
             "attention": [a.to_dict() for a in self.attention],
             "trajectories": [
                 {"variant": c.variant, "seed": c.seed, "point": c.point_label or None,
-                 **{m: t.to_dict() for m, t in trajectories(c, self.horizon).items()}}
+                 **{m: t.to_dict() for m, t in trajectories(c, self.horizon).items()},
+                 "attention": _attention_series(c, self.horizon)}
                 for c in self.cells
             ],
             "chosen": [c.label for c in self.chosen],
             "superseded": [s.describe() for s in self.superseded],
             "notes": self.notes,
         }  # fmt: skip
+
+
+def _attention_series(cell: DigestCell, horizon: int | None) -> dict[str, Any]:
+    """Per quantity, layer → [[step, value]] (tie and P̄ = 1 counts summed over heads)."""
+    records = att.records_until(cell, horizon)
+    return {
+        name: {str(layer): [list(p) for p in pts] for layer, pts in series.items()}
+        for name in att.FIELDS
+        if (series := att.layer_series(records, name))
+    }
 
 
 def load_digests(paths: Sequence[str | Path]) -> list[Digest]:

@@ -67,6 +67,8 @@ def test_horizon_reference_and_chosen_runs(tmp_path: Path, make) -> None:
     assert [c.label for c in report.chosen] == ["paper-code seed 1", "fa2 seed 0"]
     data = json.loads(render_digest_reports([report], "json"))[0]
     assert data["horizon"] == 250 and data["reference"] == "fa2"
+    (traj,) = [t for t in data["trajectories"] if (t["variant"], t["seed"]) == ("paper-code", 0)]
+    assert traj["W_Q"]["steps"] == [0, 100, 200] and traj["W_Q"]["values"][2] == [1.0, 3.0]
     (rise,) = [r for r in data["spectral_rise"] if r["matrix"] == "W_Q"]
     assert rise["first_layers"] == [1] and rise["first_step"] == 100  # 2.0 ≥ 2 × 1.0
     assert rise["diverged_step"] is None and rise["lead"] is None  # it diverged after 250
@@ -113,5 +115,9 @@ def test_report_of_a_tiny_store(tiny_store: Path, tmp_path: Path) -> None:
     assert rows["touchy"].fisher_p == 1.0  # 1/1 vs 0/1
     assert {r.trajectory.matrix for r in report.rises} == {"W_Q", "W_K"}
     assert len(report.attention) == 3
+    data = json.loads(render_digest_reports([report], "json"))[0]
+    series = data["trajectories"][0]["attention"]
+    assert set(series) == {"max_logit", "tie_events", "p_bar_ones"}
+    assert [p[0] for p in series["tie_events"]["0"]] == [9, 19, 29]
     text = render_digest_reports([report], "markdown")
     assert "## Outcomes" in text and "## Attention" in text
