@@ -300,7 +300,7 @@ def _v2_cell(raw: Any, path: Path, order: int, index: int, version: int) -> Dige
         summary=_optional_mapping(cell.get("summary"), "summary", index),
         config=_optional_mapping(cell.get("config"), "config", index),
         environment=_optional_mapping(cell.get("environment"), "environment", index),
-        started=_optional_number(cell.get("started")),
+        started=_number(cell.get("started")),
         last_step=_optional_int(cell.get("last_step")),
         checkpoint_step=_optional_int(cell.get("checkpoint_step")),
         divergence=_optional_mapping(cell.get("divergence"), "divergence", index),
@@ -392,10 +392,6 @@ def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"bad number {value!r}")
     return float(value) if math.isfinite(value) else None
-
-
-def _optional_number(value: Any) -> float | None:
-    return _number(value)
 
 
 def _optional_int(value: Any) -> int | None:
