@@ -27,7 +27,7 @@ Version 2 (written by digest.writer), strict JSON (a non-finite number is null):
     sdpa / math); softmax_sum_bias: the mean ΣP − 1 over heads; min_row_max: the smallest over
     heads. wq / wk: each layer's whole W_Q / W_K spectral norm; *_head_max: its largest head's.
 
-Version 1 (scripts/store_digest.py, before this module): a bare list of cells with `meta`,
+Version 1 (the former scripts/store_digest.py): a bare list of cells with `meta`,
 `summary`, `loss`, `val_loss`, `max_logit` ([step, max logit, ties, leak, ΣP − 1, min row max]
 per record, the later fields absent in older files), `wq_spectral` ([step, largest W_Q head per
 layer]) and, in the latest, `qk_spectral` ([step, wq, wk, largest W_K head]) and `tie_counts`
