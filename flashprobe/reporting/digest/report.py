@@ -170,7 +170,7 @@ def _suite_report(
         notes.append(f"reference: {reference} (the suite's declared baseline; --reference)")
     if reference is None:
         notes.append("no reference variant: --reference VARIANT adds Fisher tests and controls")
-    cells = sorted(cells, key=lambda c: (c.variant != reference, c.variant, c.point, c.seed))
+    cells = sorted(cells, key=lambda c: (c.variant != reference, c.variant, c.point_label, c.seed))
     outcomes = variant_outcomes(cells, horizon, reference)
     if reference is not None:
         notes += control_check(outcomes, reference)

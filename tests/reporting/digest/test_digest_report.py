@@ -79,6 +79,7 @@ def test_horizon_reference_and_chosen_runs(tmp_path: Path, make) -> None:
 def test_suites_points_and_bad_choices(tmp_path: Path, make) -> None:
     path = make.digest(tmp_path / "d.json", [
         make.cell("a", 0, suite="one", point=[("lr", 0.1)]),
+        make.cell("a", 0, suite="one", point=[("lr", "1e-3")]),  # points of mixed types sort
         make.cell("a", 0, suite="two"),
     ])  # fmt: skip
     digests = load_digests([path])
