@@ -30,7 +30,7 @@ search() {  # search "NAME: SETTINGS... -- VARIANTS..."
   timeout "$LIMIT" python3 -m flashprobe ablate -c "$SUITE" --no-replay \
     --store "$STORES/$name" --set "seeds=$SEEDS" "${args[@]}" >"$STORES/logs/$name.log" 2>&1
   echo "$name: exit $?" >>"$OUT/status.txt"
-  python3 scripts/store_digest.py "$STORES/$name" "$DIGESTS/search-$name.json" \
+  python3 -m flashprobe digest "$STORES/$name" "$DIGESTS/search-$name.json" \
     >>"$OUT/status.txt" 2>&1
 }
 for probe in "$@"; do search "$probe" & done

@@ -4,6 +4,7 @@ from flashprobe.cli import (  # noqa: F401
     ablate_cmd,
     bench_cmd,
     bias_cmd,
+    digest_cmd,
     replay_cmd,
     report_cmd,
     spec_cmd,

@@ -25,7 +25,7 @@ for store in $STORES; do
         >"$OUT/$name-$s-report.md" 2>&1
     done
   fi
-  python3 scripts/store_digest.py "$store" "$OUT/$name.json" --every 10 >/dev/null
+  python3 -m flashprobe digest "$store" "$OUT/$name.json" --every 10 >/dev/null
 done
 [ -e "$STATE/done" ] && echo "queue done" || echo "queue still running"
 ls -la "$OUT"

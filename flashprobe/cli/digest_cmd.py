@@ -1,0 +1,116 @@
+"""`flashprobe digest` (a store → one small JSON file) and `flashprobe digest-report` (several
+digests → outcomes, mechanism metrics and figures)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from flashprobe.cli import app
+from flashprobe.errors import FlashprobeError
+
+
+@app.command("digest")
+def digest_command(
+    store: Path = typer.Argument(..., help="Result store folder."),
+    out: Path = typer.Argument(..., help="The digest file to write (JSON)."),
+    every: int = typer.Option(10, "--every", help="Keep about one loss record per N steps."),
+    suite: str | None = typer.Option(None, "--suite", help="Only this suite of the store."),
+    force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
+) -> None:
+    """Write a digest of a result store: per cell its meta, config, summary, a thinned loss
+    curve and the per-layer attention and spectral records (what a device session brings back).
+
+    Examples:
+
+      flashprobe digest /tmp/quick results/quick.json
+
+      flashprobe digest runs smoke.json --suite smoke --every 1
+    """
+    from flashprobe.reporting.digest.writer import write_digest
+
+    count = write_digest(store, out, every=every, suite=suite, force=force)
+    typer.echo(f"{count} cells → {out}")
+
+
+@app.command("digest-report")
+def digest_report_command(
+    digests: list[Path] = typer.Argument(..., help="Digest files, older first."),
+    suite: str | None = typer.Option(None, "--suite", help="Only this suite."),
+    horizon: int | None = typer.Option(
+        None,
+        "--horizon",
+        help="Count every run's outcome at this step: a divergence later does not count, and "
+        "a run that ended sooner without diverging has none.",
+    ),
+    reference: str | None = typer.Option(
+        None,
+        "--reference",
+        help="The variant the others are tested against (Fisher) and the control check's "
+        "(default: the suite's declared baseline, when the digest has it).",
+    ),
+    cells: list[str] | None = typer.Option(
+        None, "--cell", help="VARIANT:SEED for the per-layer table and figures (repeat)."
+    ),
+    rise_from: int | None = typer.Option(
+        None,
+        "--rise-from",
+        help="The rise rule's reference: the first spectral record at or after this step "
+        "(default: each run's divergence.min_step, 0 without a config).",
+    ),
+    rise_factor: float = typer.Option(
+        2.0, "--rise-factor", help="A layer rises when its norm reaches this × the reference."
+    ),
+    plot: Path | None = typer.Option(None, "--plot", help="Write PNG figures into this folder."),
+    fmt: str = typer.Option("markdown", "--format", help="markdown, text or json."),
+) -> None:
+    """Report digests of several device sessions: per variant seeds, diverged, divergence
+    steps and median, the steps reached by the others; which layer's W_Q / W_K spectral norm
+    rises first and whether before the loss; tie and P̄ = 1 counts; max logits.
+
+    Each variant, grid point and seed counts once: its longest, then latest run over all the
+    digests; the others are listed as superseded.
+
+    Examples:
+
+      flashprobe digest-report session-a.json session-b.json --reference paper-code
+
+      flashprobe digest-report *.json --suite quick --horizon 3000 --plot figures/
+
+      flashprobe digest-report quick.json --cell fa2:0 --cell paper-code:0 --rise-from 500
+    """
+    from flashprobe.reporting.digest.report import (
+        FORMATS,
+        build_digest_reports,
+        load_digests,
+        render_digest_reports,
+    )
+    from flashprobe.reporting.digest.rise import RiseRule
+
+    if fmt not in FORMATS:
+        raise FlashprobeError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if horizon is not None and horizon < 1:
+        raise FlashprobeError(f"--horizon must be a step count >= 1, got {horizon}")
+    rule = RiseRule(factor=rise_factor, reference_step=rise_from)
+    if plot is not None:
+        from flashprobe.reporting.plots import require_matplotlib
+
+        require_matplotlib()  # fail before reading anything
+        if plot.exists() and not plot.is_dir():
+            raise FlashprobeError(f"--plot must be a folder, not a file: {plot}")
+    reports = build_digest_reports(
+        load_digests(digests),
+        suite=suite,
+        horizon=horizon,
+        reference=reference,
+        rule=rule,
+        chosen=cells or (),
+    )
+    typer.echo(render_digest_reports(reports, fmt))
+    if plot is not None:
+        from flashprobe.reporting.digest.figures import write_figures
+
+        for report in reports:
+            for path in write_figures(report, plot):
+                typer.echo(f"wrote {path}", err=True)

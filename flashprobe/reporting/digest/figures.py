@@ -1,0 +1,264 @@
+"""`flashprobe digest-report --plot DIR`: one PNG per figure (matplotlib, the `plot` extra).
+
+Per suite (a panel per variant, the reference first; a colour per seed, the same in every
+figure; a dotted vertical line at each divergence step):
+    <suite>_loss_grad_norm.png     training loss and gradient norm (log) against step
+    <suite>_max_logit.png          the largest attention logit over layers and heads (log)
+    <suite>_tie_counts.png         tie events and P̄ = 1 entries, summed over layers and heads
+Per chosen run (--cell VARIANT:SEED; default the reference's first diverged seed):
+    <suite>_<variant>_seed<k>_spectral_norm.png         W_Q and W_K spectral norm per layer
+                                                         (heatmap; ○ the rise, | divergence)
+    <suite>_<variant>_seed<k>_attention_per_layer.png   max logit, tie events, P̄ = 1 per layer
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from flashprobe.reporting.digest import attention as att
+from flashprobe.reporting.digest.report import DigestSuiteReport
+from flashprobe.reporting.digest.rise import RiseResult, trajectories
+from flashprobe.reporting.digest.schema import DigestCell
+from flashprobe.reporting.plots import require_matplotlib
+
+PANELS_PER_ROW = 4
+Series = list[tuple[int, float]]
+
+
+def write_figures(report: DigestSuiteReport, out_dir: Path) -> list[Path]:
+    """Write the suite's figures into out_dir (created); returns the files written."""
+    plt = require_matplotlib()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    prefix = _safe(report.suite)
+    horizon = report.horizon
+    written = [
+        _per_variant(
+            plt, report, out_dir / f"{prefix}_loss_grad_norm.png",
+            [("training loss", False, lambda c: _loss(c, horizon, 1)),
+             ("gradient norm", True, lambda c: _loss(c, horizon, 2))],
+            "loss and gradient norm",
+        ),
+        _per_variant(
+            plt, report, out_dir / f"{prefix}_max_logit.png",
+            [("max attention logit", True,
+              lambda c: att.max_series(att.records_until(c, horizon), "max_logit"))],
+            "largest attention logit over layers and heads",
+        ),
+        _per_variant(
+            plt, report, out_dir / f"{prefix}_tie_counts.png",
+            [("tie events (all layers)", False,
+              lambda c: att.total_series(att.records_until(c, horizon), "tie_events")),
+             ("P̄ = 1 entries (all layers)", False,
+              lambda c: att.total_series(att.records_until(c, horizon), "p_bar_ones"))],
+            "tie events and P̄ = 1 entries, summed over layers and heads",
+        ),
+    ]  # fmt: skip
+    for cell in report.chosen:
+        name = f"{prefix}_{_safe(_cell_name(cell))}"
+        rises = [r for r in report.rises if r.cell is cell]
+        path = _spectral_heatmap(plt, cell, rises, horizon, out_dir / f"{name}_spectral_norm.png")
+        if path is not None:
+            written.append(path)
+        path = _attention_layers(plt, cell, horizon, out_dir / f"{name}_attention_per_layer.png")
+        if path is not None:
+            written.append(path)
+    return written
+
+
+# -- per-variant panels ---------------------------------------------------------------------
+def _per_variant(
+    plt: Any,
+    report: DigestSuiteReport,
+    path: Path,
+    quantities: Sequence[tuple[str, bool, Callable[[DigestCell], Series]]],
+    title: str,
+) -> Path:
+    """One panel per (variant, quantity): a line per seed."""
+    groups = _variants(report)
+    colours = _seed_styles(report.cells)
+    ncols = min(len(groups), PANELS_PER_ROW)
+    blocks = math.ceil(len(groups) / ncols)
+    nrows = blocks * len(quantities)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols + 0.8, 2.6 * nrows + 0.6),
+                             squeeze=False, sharex=True)  # fmt: skip
+    for g, (label, cells) in enumerate(groups):
+        for q, (ylabel, log, pick) in enumerate(quantities):
+            ax = axes[(g // ncols) * len(quantities) + q][g % ncols]
+            drawn = False
+            for cell in cells:
+                pts = pick(cell)
+                colour, style = colours[cell.seed]
+                if pts:
+                    _line(ax, pts, colour, style, f"seed {cell.seed}")
+                    drawn = True
+                step = cell.diverged_step
+                if step is not None and (report.horizon is None or step <= report.horizon):
+                    ax.axvline(step, color=colour, ls=":", lw=1)
+            if not drawn:
+                ax.text(0.5, 0.5, "not in the digest", ha="center", va="center",
+                        transform=ax.transAxes, color="grey")  # fmt: skip
+            elif log and _positive(ax):
+                ax.set_yscale("log")
+            ax.set_title(label, fontsize=9)
+            ax.set_ylabel(ylabel, fontsize=8)
+            _step_axis(ax, fontsize=8)
+            ax.tick_params(labelsize=7, labelbottom=True)
+            _legend(ax)
+    for k in range(len(groups), blocks * ncols):  # empty cells of the last row
+        for q in range(len(quantities)):
+            axes[(k // ncols) * len(quantities) + q][k % ncols].set_visible(False)
+    fig.suptitle(f"{report.suite}: {title} (dotted: divergence step)", fontsize=10)
+    return _save(plt, fig, path)
+
+
+def _variants(report: DigestSuiteReport) -> list[tuple[str, list[DigestCell]]]:
+    out: dict[str, list[DigestCell]] = {}
+    for cell in report.cells:  # sorted: the reference first, then by name, point, seed
+        label = cell.variant + (f" [{cell.point_label}]" if cell.point else "")
+        out.setdefault(label, []).append(cell)
+    return list(out.items())
+
+
+def _seed_styles(cells: Sequence[DigestCell]) -> dict[int, tuple[str, str]]:
+    seeds = sorted({c.seed for c in cells})
+    styles = ("-", "--", "-.", ":")
+    return {s: (f"C{i % 10}", styles[(i // 10) % len(styles)]) for i, s in enumerate(seeds)}
+
+
+def _loss(cell: DigestCell, horizon: int | None, column: int) -> Series:
+    return [
+        (row[0], float(row[column]))  # type: ignore[arg-type]
+        for row in cell.loss
+        if row[column] is not None and (horizon is None or row[0] <= horizon)
+    ]
+
+
+# -- one run --------------------------------------------------------------------------------
+def _spectral_heatmap(
+    plt: Any, cell: DigestCell, rises: Sequence[RiseResult], horizon: int | None, path: Path
+) -> Path | None:
+    series = trajectories(cell, horizon)
+    if not series:
+        return None
+    import numpy as np
+
+    fig, axes = plt.subplots(1, len(series), figsize=(5.2 * len(series) + 0.6, 4.2),
+                             squeeze=False)  # fmt: skip
+    for ax, (matrix, trajectory) in zip(axes[0], series.items(), strict=True):
+        steps = np.array(trajectory.steps, dtype=float)
+        grid = np.full((trajectory.layers, len(steps)), np.nan)
+        for j, values in enumerate(trajectory.values):
+            for i, v in enumerate(values):
+                grid[i, j] = np.nan if v is None else v
+        edges = _edges(steps)
+        mesh = ax.pcolormesh(edges, np.arange(trajectory.layers + 1) - 0.5, grid,
+                             cmap="viridis", shading="flat")  # fmt: skip
+        fig.colorbar(mesh, ax=ax, label="spectral norm")
+        result = next((r for r in rises if r.trajectory.matrix == matrix), None)
+        if result is not None:
+            for layer in result.order:
+                ax.plot([layer.rise_step], [layer.layer], "o", mfc="none", mec="white", ms=7)
+        if cell.diverged_step is not None and (horizon is None or cell.diverged_step <= horizon):
+            ax.axvline(cell.diverged_step, color="red", lw=1.5, label="divergence")
+            ax.legend(fontsize=7, loc="upper left")
+        kind = "whole matrix" if trajectory.series in ("wq", "wk") else "largest head"
+        ax.set_title(f"{matrix} ({kind})", fontsize=9)
+        _step_axis(ax)
+        ax.set_ylabel("layer (0-based)")
+        ax.set_yticks(range(trajectory.layers))
+        ax.tick_params(labelsize=7)
+    rule = rises[0].rule if rises else None
+    how = f"○ first record ≥ {rule.factor:g}× the reference" if rule else ""
+    fig.suptitle(f"{cell.suite}: {cell.label}, spectral norm per layer  {how}", fontsize=10)
+    return _save(plt, fig, path)
+
+
+def _attention_layers(plt: Any, cell: DigestCell, horizon: int | None, path: Path) -> Path | None:
+    records = att.records_until(cell, horizon)
+    if not records:
+        return None
+    import matplotlib
+
+    panels = (("max_logit", "max logit (over heads)", True), ("tie_events", "tie events", False),
+              ("p_bar_ones", "P̄ = 1 entries", False))  # fmt: skip
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4), squeeze=False)
+    layers = sorted({layer for r in records for layer in r.max_logit})
+    cmap = matplotlib.colormaps["viridis"]
+    for ax, (name, ylabel, log) in zip(axes[0], panels, strict=True):
+        series = att.layer_series(records, name)
+        for layer in layers:
+            if series.get(layer):
+                colour = cmap(layer / max(1, len(layers) - 1))
+                _line(ax, series[layer], colour, "-", f"layer {layer}")
+        if not series:
+            ax.text(0.5, 0.5, "not counted (sdpa / math) or not in the digest", ha="center",
+                    va="center", transform=ax.transAxes, color="grey")  # fmt: skip
+        elif log and _positive(ax):
+            ax.set_yscale("log")
+        if cell.diverged_step is not None and (horizon is None or cell.diverged_step <= horizon):
+            ax.axvline(cell.diverged_step, color="red", ls=":", lw=1.2)
+        ax.set_title(ylabel, fontsize=9)
+        _step_axis(ax)
+        ax.tick_params(labelsize=7)
+        _legend(ax, ncol=2)
+    fig.suptitle(f"{cell.suite}: {cell.label}, attention per layer (dotted: divergence)",
+                 fontsize=10)  # fmt: skip
+    return _save(plt, fig, path)
+
+
+# -- helpers --------------------------------------------------------------------------------
+def _line(ax: Any, pts: Series, colour: Any, style: str, label: str) -> None:
+    xs, ys = zip(*pts, strict=True)
+    marker = "o" if len(pts) < 3 else None  # one or two points stay visible
+    ax.plot(xs, ys, color=colour, ls=style, lw=1, marker=marker, ms=4, label=label)
+
+
+def _step_axis(ax: Any, fontsize: float | None = None) -> None:
+    """Steps are whole numbers: no 8.6, 8.8 ticks around a run's only record."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    ax.set_xlabel("step (0-based)", fontsize=fontsize)
+
+
+def _positive(ax: Any) -> bool:
+    return all(min(line.get_ydata(), default=1) > 0 for line in ax.get_lines()
+               if len(line.get_ydata()) and line.get_label()[:1] != "_")  # fmt: skip
+
+
+def _edges(steps: Any) -> Any:
+    """Cell edges around each recorded step (one step: ± half the default cadence)."""
+    import numpy as np
+
+    if len(steps) == 1:
+        return np.array([steps[0] - 0.5, steps[0] + 0.5])
+    mids = (steps[1:] + steps[:-1]) / 2
+    return np.concatenate([[steps[0] - (mids[0] - steps[0])], mids,
+                           [steps[-1] + (steps[-1] - mids[-1])]])  # fmt: skip
+
+
+def _legend(ax: Any, ncol: int = 1) -> None:
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        unique = dict(zip(labels, handles, strict=True))
+        ax.legend(unique.values(), unique.keys(), fontsize=6, ncol=ncol)
+
+
+def _cell_name(cell: DigestCell) -> str:
+    point = f"_{cell.point_label}" if cell.point else ""
+    return f"{cell.variant}{point}_seed{cell.seed}"
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", text)
+
+
+def _save(plt: Any, fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,103 @@
+"""`flashprobe digest` and `flashprobe digest-report`: a store trained by `flashprobe ablate`
+on the CPU, digested and reported; bad input is one line and exit code 2."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SUITE = """\
+name: cli-digest
+seeds: [0]
+base:
+  model: {n_layer: 2, n_head: 2, n_embd: 32, block_size: 32,
+          attention: {impl: flashprobe, backend: emulator}}
+  data: {source: stdlib, max_bytes: 100000}
+  train: {steps: 20, batch_size: 4, device: cpu}
+  metrics: {log_every: 10, eval_every: 0, spectral_every: 10, attention_stats_every: 10}
+  kernel: {preset: fa2, block_n: 16}
+variants:
+  fa2: {}
+"""
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from flashprobe.cli import main
+
+    root = tmp_path_factory.mktemp("cli-digest")
+    suite = root / "suite.yaml"
+    suite.write_text(SUITE)
+    with pytest.raises(SystemExit) as done:
+        main(["ablate", "--config", str(suite), "--store", str(root / "runs"), "--no-replay"])
+    assert done.value.code == 0
+    return root / "runs"
+
+
+def test_digest_then_report(run_cli, store: Path, tmp_path: Path) -> None:
+    out = tmp_path / "d.json"
+    result = run_cli("digest", str(store), str(out))
+    assert result.code == 0, result.err
+    assert "1 cells" in result.out
+    cell = json.loads(out.read_text())["cells"][0]
+    assert [row[0] for row in cell["loss"]] == [9, 19]
+    result = run_cli("digest-report", str(out), "--reference", "fa2")
+    assert result.code == 0, result.err
+    assert "# Suite cli-digest" in result.out and "| fa2 " in result.out
+    data = json.loads(run_cli("digest-report", str(out), "--format", "json").out)
+    assert data[0]["outcomes"][0]["not_diverged_reached"] == {"0": 20}
+    if importlib.util.find_spec("matplotlib") is not None:
+        figs = tmp_path / "figs"
+        result = run_cli("digest-report", str(out), "--plot", str(figs), "--cell", "fa2:0")
+        assert result.code == 0, result.err
+        assert (figs / "cli-digest_fa2_seed0_spectral_norm.png").is_file()
+        assert result.err.count("wrote ") == 5
+
+
+def test_digest_bad_input(run_cli, store: Path, tmp_path: Path) -> None:
+    out = tmp_path / "d.json"
+    out.write_text("keep me")
+    for args, message in [
+        (("digest", str(tmp_path / "absent"), str(tmp_path / "x.json")), "not found"),
+        (("digest", str(store), str(out)), "refusing to overwrite"),
+        (("digest", str(store), str(tmp_path / "x.json"), "--every", "0"), "--every"),
+        (("digest", str(store), str(tmp_path / "x.json"), "--suite", "no"), "no suite 'no'"),
+    ]:
+        result = run_cli(*args)
+        assert result.code == 2, args
+        assert result.err.startswith("flashprobe: error:") and message in result.err
+        assert result.err.count("\n") == 1 and "Traceback" not in result.err
+    assert out.read_text() == "keep me"
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_digest_report_bad_input(run_cli, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text('{"cells": []}')
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps([{"meta": {"suite": "q", "variant": "a", "seed": 0}}]))
+    plot_file = tmp_path / "a-file"
+    plot_file.write_text("")
+    for args, message in [
+        ((str(tmp_path / "absent.json"),), "digest not found"),
+        ((str(bad),), "digest is not JSON"),
+        ((str(wrong),), "not a flashprobe digest"),
+        ((str(good), "--format", "csv"), "--format"),
+        ((str(good), "--horizon", "0"), "--horizon"),
+        ((str(good), "--reference", "b"), "no variant 'b'"),
+        ((str(good), "--cell", "a"), "VARIANT:SEED"),
+        ((str(good), "--rise-factor", "0.5"), "--rise-factor"),
+        ((str(good), "--suite", "z"), "no suite 'z'"),
+        ((str(good), "--plot", str(plot_file)), "must be a folder"),
+        ((), "Missing argument"),
+    ]:
+        result = run_cli("digest-report", *args)
+        assert result.code == 2, args
+        assert result.err.startswith("flashprobe: error:") and message in result.err, result.err
+        assert result.err.count("\n") == 1 and "Traceback" not in result.err
+    assert run_cli("digest-report", str(good)).code == 0

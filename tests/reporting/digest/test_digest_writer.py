@@ -1,0 +1,129 @@
+"""digest.writer: a tiny CPU store → a digest that keeps what the store holds."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from flashprobe.errors import FlashprobeError
+from flashprobe.experiments import store_reader as sr
+from flashprobe.reporting.digest.writer import build_digest, thin, write_digest
+
+
+def _strict(text: str) -> object:
+    def refuse(token: str) -> None:
+        raise AssertionError(f"non-strict JSON token {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _by_run(digest: dict) -> dict[tuple[str, int], dict]:
+    return {(c["meta"]["variant"], c["meta"]["seed"]): c for c in digest["cells"]}
+
+
+def test_the_digest_keeps_every_0_based_logged_step(tiny_store: Path, tmp_path: Path) -> None:
+    out = tmp_path / "tiny.json"
+    assert write_digest(tiny_store, out, every=10) == 3
+    digest = _strict(out.read_text())
+    assert digest["format"] == "flashprobe-digest" and digest["version"] == 2
+    assert digest["every"] == 10 and set(digest["suites"]) == {"tiny"}
+    runs = _by_run(digest)
+    assert set(runs) == {("fa2", 0), ("fa2", 1), ("touchy", 0)}
+    done = runs["fa2", 0]
+    # logged at the 0-based steps 9, 19, 29: a thinning on step % every == 0 would keep none
+    assert [row[0] for row in done["loss"]] == [9, 19, 29]
+    assert done["last_step"] == 29 and done["checkpoint_step"] == 30
+    assert done["summary"]["steps_done"] == 30 and done["divergence"] is None
+    assert done["config"]["train"]["steps"] == 30
+    assert done["environment"]["torch"] and done["started"] > 0
+    assert [row[0] for row in done["val_loss"]] == [9, 19, 29]
+    assert [r["step"] for r in done["attention"]] == [9, 19, 29]
+    assert [r["step"] for r in done["spectral"]] == [9, 19, 29]
+
+
+def test_the_digest_reduces_heads_as_documented(tiny_store: Path) -> None:
+    digest = build_digest(tiny_store, every=10)
+    cells = {c.name: c for c in sr.read_cells(tiny_store)}
+    for entry in digest["cells"]:
+        cell = cells[f"{entry['meta']['variant']}--{entry['meta']['key']}"]
+        records = sr.read_metrics(cell)
+        attention = {r["step"]: r["attention"] for r in records if "attention" in r}
+        spectral = {r["step"]: r["spectral"] for r in records if "spectral" in r}
+        assert [r["step"] for r in entry["attention"]] == sorted(attention)
+        for rec in entry["attention"]:
+            raw = attention[rec["step"]]
+            assert set(rec["max_logit"]) == {"0", "1"}
+            for layer, stats in raw.items():
+                assert rec["max_logit"][layer] == max(stats["max_logit"])
+                assert rec["tie_events"][layer] == sum(stats["tie_events"])
+                assert rec["p_bar_ones"][layer] == sum(stats["p_bar_ones"])
+                assert rec["min_row_max"][layer] == min(stats["min_row_max"])
+        for rec in entry["spectral"]:
+            raw = spectral[rec["step"]]
+            assert rec["wq"] == raw["wq"] and rec["wk"] == raw["wk"]
+            assert rec["wq_head_max"] == [max(h) for h in raw["wq_heads"]]
+            assert rec["wk_head_max"] == [max(h) for h in raw["wk_heads"]]
+
+
+def test_diverged_and_cut_runs(tiny_store: Path, make) -> None:
+    runs = _by_run(build_digest(tiny_store, every=10))
+    touchy = runs["touchy", 0]
+    step = touchy["summary"]["diverged_step"]
+    assert touchy["summary"]["diverged"] and step is not None
+    assert touchy["divergence"]["step"] == step
+    assert step in [row[0] for row in touchy["loss"]]  # the divergence step is always kept
+    cut = runs["fa2", 1]
+    assert cut["summary"] is None
+    assert cut["last_step"] <= make.cut_at and cut["loss"]
+    assert cut["checkpoint_step"] == 10  # checkpoint_every 10; the cut came before step 20
+
+
+def test_non_finite_values_become_null(tiny_store: Path, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    shutil.copytree(tiny_store, store)
+    metrics = next(store.glob("tiny/fa2--*/run/metrics.jsonl"))
+    metrics.write_text(metrics.read_text() + '{"step": 30, "loss": NaN, "grad_norm": Infinity}\n')
+    out = tmp_path / "nan.json"
+    write_digest(store, out)
+    cells = _strict(out.read_text())["cells"]
+    rows = [row for c in cells for row in c["loss"] if row[0] == 30]
+    assert rows == [[30, None, None]]
+
+
+def test_refuses_to_overwrite_unless_forced(tiny_store: Path, tmp_path: Path) -> None:
+    out = tmp_path / "d.json"
+    out.write_text("earlier results")
+    with pytest.raises(FlashprobeError, match="refusing to overwrite"):
+        write_digest(tiny_store, out)
+    assert out.read_text() == "earlier results"
+    write_digest(tiny_store, out, force=True)
+    assert _strict(out.read_text())["version"] == 2
+    with pytest.raises(FlashprobeError, match="folder"):
+        write_digest(tiny_store, tmp_path)
+
+
+def test_bad_stores_and_options(tmp_path: Path, tiny_store: Path) -> None:
+    with pytest.raises(FlashprobeError, match="not found"):
+        build_digest(tmp_path / "absent")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FlashprobeError, match="no cells"):
+        build_digest(tmp_path / "empty")
+    with pytest.raises(FlashprobeError, match="no suite 'other'"):
+        build_digest(tiny_store, suite="other")
+    with pytest.raises(FlashprobeError, match="--every"):
+        build_digest(tiny_store, every=0)
+
+
+def test_thin_keeps_one_row_per_block_first_last_and_kept_steps() -> None:
+    every_step = [[s, 1.0] for s in range(100)]
+    assert [r[0] for r in thin(every_step, 10)] == [0, *range(9, 100, 10)]
+    every_tenth = [[s, 1.0] for s in range(9, 100, 10)]
+    assert [r[0] for r in thin(every_tenth, 10)] == list(range(9, 100, 10))
+    assert [r[0] for r in thin(every_tenth, 25)] == [9, 29, 49, 79, 99]
+    assert [r[0] for r in thin(every_tenth, 25, keep={59})] == [9, 29, 49, 59, 79, 99]
+    assert thin([], 10) == []
+    assert [r[0] for r in thin([[7, math.nan]], 10)] == [7]
