@@ -27,5 +27,6 @@ for store in $STORES; do
   fi
   python3 -m flashprobe digest "$store" "$OUT/$name.json" --every 10 >/dev/null
 done
+cp "$STATE"/*.log "$STATE"/*.md "$OUT"/ 2>/dev/null  # GPU tests, profile, replay, reports
 [ -e "$STATE/done" ] && echo "queue done" || echo "queue still running"
 ls -la "$OUT"
