@@ -27,6 +27,8 @@ for store in $STORES; do
   fi
   python3 -m flashprobe digest "$store" "$OUT/$name.json" --every 10 >/dev/null
 done
-cp "$STATE"/*.log "$STATE"/*.md "$OUT"/ 2>/dev/null  # GPU tests, profile, replay, reports
+for f in gpu-tests.log profile.log replay.log quick-report.md; do  # the queue's own outputs
+  [ -e "$STATE/$f" ] && cp "$STATE/$f" "$OUT/"
+done
 [ -e "$STATE/done" ] && echo "queue done" || echo "queue still running"
 ls -la "$OUT"
