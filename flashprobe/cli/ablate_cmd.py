@@ -15,8 +15,8 @@ from flashprobe.errors import FlashprobeError
 from flashprobe.reporting.render import check_format, render
 
 if TYPE_CHECKING:  # imported lazily at run time: `flashprobe --version` stays fast
-    from flashprobe.experiments.ablate import PlannedCell
-    from flashprobe.experiments.store import ResultStore
+    from flashprobe.runner.plan import PlannedCell
+    from flashprobe.store.result_store import ResultStore
 
 COLUMNS = [
     "variant",
@@ -150,26 +150,19 @@ def ablate_command(
 
       torchrun --nproc_per_node 4 -m flashprobe ablate -c ablations/gpt2.yaml --set data.path=...
     """
-    from flashprobe.experiments.ablate import (
-        code_version,
-        parse_shard,
-        plan_suite,
-        prepare_suite,
-        replay_finished,
-        replay_settings,
-        run_plan,
-        select_shard,
-        select_variants,
-        suite_session,
-        write_suite_definition,
-    )
-    from flashprobe.experiments.parallel import (
+    from flashprobe.runner.definition import write_suite_definition
+    from flashprobe.runner.parallel import (
         check_jobs,
         child_command,
         trained_as_done,
         watch_parent,
     )
-    from flashprobe.experiments.store import ResultStore
+    from flashprobe.runner.plan import code_version, plan_suite
+    from flashprobe.runner.prepare import prepare_suite, replay_settings, select_variants
+    from flashprobe.runner.replay_after_run import replay_finished
+    from flashprobe.runner.shards import parse_shard, select_shard
+    from flashprobe.runner.training import run_plan, suite_session
+    from flashprobe.store.result_store import ResultStore
 
     watch_parent()  # a --jobs shard process: stop when the parent is gone
     check_format(fmt)
@@ -195,7 +188,7 @@ def ablate_command(
     main_rank = int(os.environ.get("RANK", "0")) == 0
     if dry_run:
         from flashprobe.cli.ablate_plan import render_plan
-        from flashprobe.experiments.ablate import machine_problems
+        from flashprobe.runner.prepare import machine_problems
 
         problems = machine_problems(suite)
         rows = [_plan_row(p) for p in plan]
@@ -290,7 +283,7 @@ def _run_jobs(
     command: Callable[[int, int], list[str]],
 ) -> None:
     """Train the plan in `jobs` shard processes; exit 1 if one failed, 130 on Ctrl-C."""
-    from flashprobe.experiments.parallel import plan_shards, run_shards
+    from flashprobe.runner.parallel import plan_shards, run_shards
 
     shards = plan_shards(plan, jobs, store_root=store.root, suite=suite, command=command)
     try:

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 from flashprobe.reporting.render import render
 
 if TYPE_CHECKING:
-    from flashprobe.experiments.ablate import PlannedCell
-    from flashprobe.experiments.suite import Suite
+    from flashprobe.runner.plan import PlannedCell
+    from flashprobe.suites.suite import Suite
 
 PLAN_COLUMNS = ["variant", "point", "seed", "action", "branch", "steps", "tokens", "cell"]
 HEADERS = {"point": "axes"}
@@ -25,7 +25,7 @@ def render_plan(
 ) -> str:
     """The plan rows (with the tokens each cell trains) and, as a table, the estimate lines;
     json and csv stay one document (rows only)."""
-    from flashprobe.experiments.estimate import cell_tokens, format_tokens
+    from flashprobe.suites.estimate import cell_tokens, format_tokens
 
     tokens = [cell_tokens(p.cell, p.first_step) if p.action != "skip" else 0 for p in plan]
     full = [{**row, "tokens": n} for row, n in zip(rows, tokens, strict=True)]
@@ -39,7 +39,7 @@ def render_plan(
 def estimate_lines(
     plan: Sequence[PlannedCell], suite: Suite, tokens: int, problems: Sequence[str]
 ) -> list[str]:
-    from flashprobe.experiments.estimate import (
+    from flashprobe.suites.estimate import (
         describe_times,
         format_tokens,
         machine_device,

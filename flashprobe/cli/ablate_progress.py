@@ -14,7 +14,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from flashprobe.experiments.ablate import CellOutcome, PlannedCell, SuiteEvents
+from flashprobe.runner.plan import PlannedCell
+from flashprobe.runner.training import CellOutcome, SuiteEvents
 
 
 class ProgressDisplay(SuiteEvents):

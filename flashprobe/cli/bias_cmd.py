@@ -131,7 +131,7 @@ def bias_command(
 
       flashprobe bias --variant paper-code:ties=1 --format json
     """
-    from flashprobe.experiments.bias import (
+    from flashprobe.probes.bias import (
         DEFAULT_BETAS,
         BiasConfig,
         default_variants,
@@ -171,7 +171,7 @@ def bias_command(
 
 
 def _header(report: object) -> str:
-    from flashprobe.experiments.bias import VERDICT_METHOD
+    from flashprobe.probes.bias import VERDICT_METHOD
 
     w = report.worked_example.to_dict()  # type: ignore[attr-defined]
     c = report.config  # type: ignore[attr-defined]

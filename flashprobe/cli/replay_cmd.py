@@ -45,8 +45,8 @@ def replay_command(
 
       flashprobe replay runs --suite paper --sources all --force
     """
-    from flashprobe.experiments import store_reader as sr
-    from flashprobe.experiments.replay import ReplaySettings, replay_cells
+    from flashprobe.attribution.replay import ReplaySettings, replay_cells
+    from flashprobe.store import reader as sr
 
     check_format(fmt)
     cells = sr.read_cells(store, suite)
