@@ -110,6 +110,13 @@ class ProgressDisplay(SuiteEvents):
         else:
             self.console.print(line, markup=False, highlight=False, soft_wrap=True)
 
+    def suite_finished(self) -> None:
+        self.close()
+
+    def replay_progress(self, message: str) -> None:
+        if self.live:
+            self.console.print(message)
+
     def close(self) -> None:
         if self.progress is not None:
             self.progress.stop()

@@ -49,6 +49,12 @@ class SuiteEvents:
 
     def cell_finished(self, outcome: CellOutcome) -> None: ...
 
+    def suite_finished(self) -> None:
+        """Training is over (or stopped); the replay, if any, comes next."""
+
+    def replay_progress(self, message: str) -> None:
+        """A line of the replay's progress after training."""
+
 
 def plan_device(plan: Sequence[PlannedCell]) -> str:
     """The one train.device of the cells to run (torchrun ranks must agree on it)."""
@@ -101,6 +107,7 @@ def run_plan(
             events.cell_finished(outcome)
         return outcomes
     finally:
+        events.suite_finished()
         dist.close()
 
 

@@ -426,10 +426,10 @@ def test_a_failed_shard_process_makes_the_run_exit_1(tmp_path, run_cli) -> None:
 
 
 def test_jobs_refuse_to_train_what_the_shards_left(tmp_path, run_cli, monkeypatch) -> None:
-    from flashprobe.runner import plan as ablate
+    from flashprobe.runner import plan
 
     # the shard processes see another code version (a commit landed meanwhile): other cells
-    monkeypatch.setattr(ablate, "code_version", lambda: "before-the-commit")
+    monkeypatch.setattr(plan, "code_version", lambda: "before-the-commit")
     raw = {**TINY, "variants": {"fa2": {}}}
     config, store = write(tmp_path, raw), tmp_path / "store"
     result = run_cli("ablate", "-c", config, "--store", str(store), "--jobs", "2")
