@@ -99,12 +99,13 @@ def machine_problems(suite: Suite) -> list[str]:
 
 
 def replay_settings(suite: Suite, *, check_machine: bool = True) -> Any:
-    """The suite's `replay:` section as attribution.replay.ReplaySettings (None: no section, or
-    `replay: false`); names that are no variant and (with check_machine) a triton backend
-    without CUDA are refused."""
+    """The suite's `replay:` section as ReplaySettings (attribution.replay_settings; None: no
+    section, or `replay: false`); names that are no variant and (with check_machine) a triton
+    backend without CUDA are refused."""
     if "replay" not in suite.raw or suite.raw["replay"] is False:
         return None
-    from flashprobe.attribution.replay import ReplaySettings, choose_backend
+    from flashprobe.attribution.replay_kernel import choose_backend
+    from flashprobe.attribution.replay_settings import ReplaySettings
 
     settings = ReplaySettings.from_suite(suite.raw["replay"])
     known = suite.variants()

@@ -44,7 +44,7 @@ from flashprobe.store.result_store import ResultStore
 from flashprobe.suites.suite import Suite
 
 if TYPE_CHECKING:
-    from flashprobe.attribution.replay import ReplaySettings
+    from flashprobe.attribution.replay_settings import ReplaySettings
 
 Say = Callable[[str], None]
 

@@ -15,7 +15,10 @@ import torch
 from safetensors.torch import save_file
 
 from flashprobe.attribution.ranking import rank
-from flashprobe.attribution.replay import ReplaySettings, replay_cells, replay_store, run_kernel
+from flashprobe.attribution.replay import replay_cells, replay_store, replay_suites
+from flashprobe.attribution.replay_kernel import run_kernel
+from flashprobe.attribution.replay_settings import ReplaySettings
+from flashprobe.errors import FlashprobeError, RunStopped
 from flashprobe.reference.emulator import emulate_forward
 from flashprobe.store import reader as sr
 from flashprobe.store.result_store import ResultStore
@@ -157,15 +160,30 @@ def test_a_superseded_baseline_run_is_not_replayed(tmp_path) -> None:
     assert "1 superseded run(s) not replayed" in " ".join(outcome.notes)
 
 
-def test_replay_settings_are_checked() -> None:
-    from flashprobe.errors import FlashprobeError
+def test_replay_suites_reads_each_suites_stored_settings(tmp_path) -> None:
+    root = make_store(tmp_path)
+    said: list[str] = []
+    (name, outcome), *more = replay_suites(root, progress=said.append, baseline="baseline")
+    assert name == "planted" and not more
+    assert [c["status"] for c in outcome.cells] == ["replayed", "replayed"]
+    assert said[0].startswith("replaying 3 variants on baseline--")
+    # without flags: the roles the last replay resolved (replay.json), and nothing to redo
+    ((_, again),) = replay_suites(root, "planted")
+    assert again.roles.baseline == "baseline"
+    assert [c["status"] for c in again.cells] == ["cached", "cached"]
+    with pytest.raises(FlashprobeError, match=r"^suite planted: replay: no variant 'ghost'"):
+        list(replay_suites(root, variants=("ghost",)))
 
-    with pytest.raises(FlashprobeError, match="unknown replay key"):
-        ReplaySettings.from_suite({"baseline": "a", "bogus": 1})
-    with pytest.raises(FlashprobeError, match="sources"):
-        ReplaySettings.from_suite({"sources": "some"})
-    assert ReplaySettings.from_suite(True).sources == "baseline"
-    assert ReplaySettings.from_suite({"baseline": "a"}, baseline="b").baseline == "b"
+
+def test_captures_that_do_not_fit_their_config_stop_the_replay(tmp_path) -> None:
+    root = make_store(tmp_path)
+    cell = sorted((root / "planted").glob("baseline--*"))[0]
+    config = json.loads((cell / "config.json").read_text())
+    config["model"]["n_head"] = 8  # the captures hold 2 heads
+    (cell / "config.json").write_text(json.dumps(config))
+    with pytest.raises(RunStopped, match=r"^replay of suite planted failed: RuntimeError: ") as err:
+        list(replay_suites(root, baseline="baseline"))
+    assert err.value.exit_code == 1
 
 
 def test_x_gives_the_real_dw_per_head_group_and_the_report_drops_the_no_x_note(tmp_path) -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from flashprobe.attribution.replay import ReplaySettings, replay_cells
+from flashprobe.attribution.replay import replay_cells
+from flashprobe.attribution.replay_settings import ReplaySettings
 from flashprobe.reporting.report import build_reports, render_reports
 from flashprobe.store import reader as sr
 
