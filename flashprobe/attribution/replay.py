@@ -31,11 +31,12 @@ import torch
 from flashprobe import __version__
 from flashprobe.attribution import mechanism as mech
 from flashprobe.attribution.ranking import Roles, resolve_roles
-from flashprobe.attribution.replay_kernel import KernelFn, choose_backend, run_kernel
+from flashprobe.attribution.replay_kernel import KernelFn, run_kernel
 from flashprobe.attribution.replay_metrics import HeadSeries, head_metrics
 from flashprobe.attribution.replay_settings import ReplaySettings, stored_settings
 from flashprobe.attribution.replay_summary import summarise
 from flashprobe.attribution.selection import one_run_per_seed
+from flashprobe.backends import machine_backend
 from flashprobe.errors import FlashprobeError, RunStopped
 from flashprobe.reference.golden import golden_backward, golden_forward
 from flashprobe.reference.heads import expand_kv, group_size
@@ -124,7 +125,7 @@ def replay_cells(
     notes = list(roles.notes)
     if superseded:
         notes.append(f"{len(superseded)} superseded run(s) not replayed (see `flashprobe report`)")
-    backend = choose_backend(settings.backend)
+    backend = machine_backend(settings.backend)
     known = sorted({c.variant for c in cells})
     wanted = list(settings.variants) if settings.variants is not None else known
     missing = [v for v in wanted if v not in known]

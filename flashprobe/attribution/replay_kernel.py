@@ -8,10 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from flashprobe.errors import FlashprobeError
 from flashprobe.spec import KernelSpec
-
-BACKENDS = ("auto", "emulator", "triton")
 
 #: run_kernel's signature: (q, k, v, do, spec, *, causal, scale, backend) → KernelRun
 KernelFn = Callable[..., "KernelRun"]
@@ -56,17 +53,6 @@ def run_kernel(
         fwd.o, bwd.delta, bwd.dq, bwd.dk, bwd.dv, fwd.stats.tie_events, fwd.stats.p_bar_ones,
         fwd.lse,
     )  # fmt: skip
-
-
-def choose_backend(backend: str) -> str:
-    if backend not in BACKENDS:
-        raise FlashprobeError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    if backend == "emulator":
-        return backend
-    cuda = torch.cuda.is_available()
-    if backend == "triton" and not cuda:
-        raise FlashprobeError("backend triton needs a CUDA GPU; use --backend emulator")
-    return "triton" if cuda else "emulator"
 
 
 def _run_triton(

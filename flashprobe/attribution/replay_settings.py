@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flashprobe.backends import BACKENDS
 from flashprobe.errors import FlashprobeError
 from flashprobe.store import reader as sr
 
 REPLAY_KEYS = ("baseline", "safe", "components", "variants", "sources", "backend")
-BACKENDS = ("auto", "emulator", "triton")
 SOURCES = ("baseline", "all")
 
 

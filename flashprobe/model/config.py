@@ -26,11 +26,11 @@ import typing
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, TypeVar, get_args, get_origin
 
+from flashprobe.backends import Backend
 from flashprobe.errors import FlashprobeError
 from flashprobe.spec import KernelSpec, make_spec, resolve_spec
 
 AttentionImpl = Literal["flashprobe", "sdpa", "math"]
-Backend = Literal["auto", "emulator", "triton"]
 
 C = TypeVar("C")
 

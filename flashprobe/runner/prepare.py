@@ -48,6 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from flashprobe.attribution.failure import FailureRule
+from flashprobe.attribution.replay_settings import ReplaySettings
+from flashprobe.backends import machine_backend
 from flashprobe.errors import FlashprobeError
 from flashprobe.runner.branches import check_branches
 from flashprobe.suites.cell_config import check_runnable, normalise_cell_config, resolve_cell_config
@@ -98,15 +100,12 @@ def machine_problems(suite: Suite) -> list[str]:
     return lines
 
 
-def replay_settings(suite: Suite, *, check_machine: bool = True) -> Any:
+def replay_settings(suite: Suite, *, check_machine: bool = True) -> ReplaySettings | None:
     """The suite's `replay:` section as ReplaySettings (attribution.replay_settings; None: no
     section, or `replay: false`); names that are no variant and (with check_machine) a triton
     backend without CUDA are refused."""
     if "replay" not in suite.raw or suite.raw["replay"] is False:
         return None
-    from flashprobe.attribution.replay_kernel import choose_backend
-    from flashprobe.attribution.replay_settings import ReplaySettings
-
     settings = ReplaySettings.from_suite(suite.raw["replay"])
     known = suite.variants()
     named = [("replay.baseline", settings.baseline), ("replay.safe", settings.safe)]
@@ -116,7 +115,7 @@ def replay_settings(suite: Suite, *, check_machine: bool = True) -> Any:
         if name is not None and name not in known:
             raise FlashprobeError(f"{where}: no variant {name!r}; known: {', '.join(known)}")
     if check_machine:
-        choose_backend(settings.backend)
+        machine_backend(settings.backend)
     return settings
 
 

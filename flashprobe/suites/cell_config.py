@@ -27,12 +27,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+from flashprobe.backends import machine_backend
 from flashprobe.data.token_files import token_folder_vocab
 from flashprobe.errors import FlashprobeError
 from flashprobe.model.config import build_config, check_fields, require
 from flashprobe.spec import make_spec
 from flashprobe.train.config import TrainConfig
 
+ON_CPU = "use backend emulator or auto on this machine"  # what a triton layer should say
 SUITE_SECTIONS = ("kernel", "capture", "seed")
 DEFAULT_CAPTURE_BYTES = 256 * 2**20
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20,
@@ -163,11 +165,12 @@ def check_runnable(config: TrainConfig, cuda: bool | None = None) -> None:
         for layer in range(config.model.n_layer):
             for group in config.model.head_groups(layer):
                 attention = group.attention
-                if attention.impl == "flashprobe" and attention.backend == "triton":
-                    raise FlashprobeError(
-                        f"layer {layer}: backend triton needs a CUDA GPU; use backend emulator "
-                        "or auto on this machine"
-                    )
+                if attention.impl != "flashprobe":
+                    continue
+                try:
+                    machine_backend(attention.backend, cuda=False, instead=ON_CPU)
+                except FlashprobeError as exc:
+                    raise FlashprobeError(f"layer {layer}: {exc}") from None
     data = config.data
     if data.source == "bin":
         folder = Path(data.path or "")
