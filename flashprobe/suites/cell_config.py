@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from flashprobe.backends import machine_backend
+from flashprobe.config_tools import build_config, check_fields, require
 from flashprobe.data.token_files import token_folder_vocab
 from flashprobe.errors import FlashprobeError
-from flashprobe.model.config import build_config, check_fields, require
 from flashprobe.spec import make_spec
 from flashprobe.train.config import TrainConfig
 
