@@ -24,7 +24,7 @@ from flashprobe.attribution.ranking import METHOD, Roles, outcomes, rank, resolv
 from flashprobe.attribution.replay_summary import hot_spots, summarise
 from flashprobe.attribution.selection import Superseded, one_run_per_seed
 from flashprobe.errors import FlashprobeError
-from flashprobe.probes.bias import T_SIGNIFICANT
+from flashprobe.probes.bias_result import T_SIGNIFICANT
 from flashprobe.reporting.render import WIDTH, fill, fit_table, render_csv, render_json
 from flashprobe.store import reader as sr
 from flashprobe.suites.cell_config import horizon

@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import math
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from flashprobe.errors import FlashprobeError
-from flashprobe.probes.bias import (
-    EXCESS_SHARE_MIN,
-    T_SIGNIFICANT,
-    BiasConfig,
-    default_variants,
-    make_rows,
-    parse_variant,
-    run_bias,
-    verdict,
-)
+from flashprobe.probes.bias import run_bias
+from flashprobe.probes.bias_config import BiasConfig
+from flashprobe.probes.bias_result import EXCESS_SHARE_MIN, T_SIGNIFICANT
 from flashprobe.spec import make_spec
 from flashprobe.stats import AttentionStats
 
@@ -75,23 +66,6 @@ def test_released_clamp_shrinks_o_toward_zero_at_beta_8() -> None:
     assert unclamped.shrunk_rows == 0 and unclamped.verdict != "biased toward zero"
 
 
-@pytest.mark.parametrize(
-    ("t", "mean", "share", "sign", "want"),
-    [
-        (1.6, 3e-6, 0.001, -1.0, "no bias beyond rounding"),
-        (40.0, 3e-6, 0.001, -1.0, "no bias beyond rounding"),  # significant but negligible
-        (-4.9, -6e-4, -0.16, -1.0, "no bias beyond rounding"),  # sizeable but not significant
-        (-11.0, -6e-4, -0.16, -1.0, "biased away from zero"),
-        (11.0, 6e-4, 0.16, -1.0, "biased toward zero"),
-        (11.0, 6e-4, 0.16, 1.0, "biased away from zero"),
-        (-11.0, -6e-4, -0.16, 0.0, "biased negative"),
-    ],
-)
-def test_verdict_rule(t: float, mean: float, share: float, sign: float, want: str) -> None:
-    assert verdict(t, mean, share, sign) == want
-    assert verdict(t, mean, share, sign, exact=True) == "ideal rounding"
-
-
 @pytest.mark.parametrize("seed", SEEDS)
 def test_zero_mean_v_shows_no_bias(seed: int) -> None:
     r = _run(seed, ("paper-code", "fa2"), v_mean=0.0)
@@ -141,36 +115,6 @@ def test_variant_data_overrides_share_the_random_draws() -> None:
     assert r["exact:ties=1"].excess_mean == 0.0
 
 
-def test_rows_are_bf16_with_ties_and_masks() -> None:
-    c = BiasConfig(rows=40, keys=256, head_dim=8, ties=3, seed=3, score_grid="bf16")
-    data = make_rows(c, 3, -2.5, 0.0, per_row=8)
-    s, v = data.s, data.v
-    assert s.shape == (5, 1, 8, 256) and v.shape == (5, 1, 256, 8)
-    finite = s[torch.isfinite(s)]
-    assert torch.equal(finite, finite.to(torch.bfloat16).float())
-    assert torch.equal(v, v.to(torch.bfloat16).float())
-    row_max = s.amax(-1, keepdim=True)
-    assert ((s == row_max).sum(-1) == 3).all()
-    # the other 7 rows' tied keys are masked: each row sees keys - 7·ties keys
-    assert (torch.isinf(s).sum(-1) == 7 * 3).all()
-    gaps = (row_max - s)[torch.isfinite(s) & (s != row_max)]
-    assert gaps.min() >= 12 - 0.25 and gaps.max() <= 30 + 0.25
-    # ties share an aligned 16-key group (one key tile for any block_n)
-    groups = (s == row_max).nonzero()[:, -1].reshape(5, 8, 3) // 16
-    assert (groups == groups[..., :1]).all()
-    # tied keys carry V ~ N(-2.5, 0.5), the others N(0, 0.5)
-    tied_cols = (s == row_max).any(2)[:, 0]
-    assert v[:, 0][tied_cols].mean().item() == pytest.approx(-2.5, abs=0.1)
-    assert v[:, 0][~tied_cols].mean().item() == pytest.approx(0.0, abs=0.05)
-
-
-def test_default_scores_are_fp32_like_q_dot_k() -> None:
-    data = make_rows(BiasConfig(rows=16, keys=256, head_dim=4), 2, -2.5, -2.5, per_row=8)
-    finite = data.s[torch.isfinite(data.s)]
-    assert not torch.equal(finite, finite.to(torch.bfloat16).float())
-    assert ((data.s == data.s.amax(-1, keepdim=True)).sum(-1) == 2).all()
-
-
 def test_forward_is_called_like_a_kernel() -> None:
     seen = []
 
@@ -191,58 +135,3 @@ def test_forward_is_called_like_a_kernel() -> None:
     assert (scale, causal, low) == (1.0, False, torch.bfloat16)
     assert report.variants[0].p_bar_ones_per_row == 7
     assert abs(report.variants[0].rowsum_mean) < 1e-6  # an exact lse: the softmax sums to 1
-
-
-def test_parse_variant() -> None:
-    v = parse_variant("fa2:softmax=stabilized,beta=4")
-    assert v.spec == make_spec("fa2", {"softmax": "stabilized", "beta": 4}) and v.data == {}
-    v = parse_variant("paper-code:ties=1,block_n=full")
-    assert v.data == {"ties": 1} and v.spec.block_n is None
-    assert parse_variant("exact:tail_v_mean=0").spec is None
-    assert len(default_variants()) == len(set(default_variants()))
-
-
-@pytest.mark.parametrize(
-    "text",
-    ["nope", "fa2:nope=1", "sfa:beta=0.5", "fa2:", ":beta=2", "exact:beta=4", "fa2:ties=x"],
-)
-def test_bad_variants(text: str) -> None:
-    with pytest.raises(FlashprobeError):
-        parse_variant(text)
-
-
-@pytest.mark.parametrize(
-    "kw",
-    [
-        {"rows": 0},
-        {"rows": 1},
-        {"ties": 0},
-        {"ties": 17},
-        {"keys": 2, "ties": 2},
-        {"v_std": -1.0},
-        {"v_mean": math.nan},
-        {"gap": (5.0, 1.0)},
-        {"gap": (0.0, 1.0)},
-        {"head_dim": 0},
-        {"seed": -1},
-        {"tie_placement": "middle"},
-        {"score_grid": "fp16"},
-        {"device": "tpu"},
-        {"variants": ()},
-        {"rows": 1 << 20, "keys": 1 << 12},
-    ],
-)
-def test_bad_config(kw: dict) -> None:
-    with pytest.raises(FlashprobeError):
-        run_bias(BiasConfig(**kw))
-
-
-def test_default_beta_must_exceed_one() -> None:
-    with pytest.raises(FlashprobeError, match="beta"):
-        default_variants([0.5])
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
-def test_cuda_without_gpu_is_a_one_line_error() -> None:
-    with pytest.raises(FlashprobeError, match="cuda"):
-        run_bias(BiasConfig(device="cuda"))
