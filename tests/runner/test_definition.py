@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
+
+from runner_helpers import all_json_parses
 
 from flashprobe.runner.definition import suite_definition, write_suite_definition
 from flashprobe.store.result_store import ResultStore
 from flashprobe.suites.cell_config import normalise_cell_config
 from flashprobe.suites.suite import expand_suite
-
-_spec = importlib.util.spec_from_file_location(
-    "training_fixtures", Path(__file__).with_name("test_training.py")
-)
-fixtures = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(fixtures)  # type: ignore[union-attr]
-all_json_parses = fixtures.all_json_parses
 
 
 def test_suite_definition_folds_run_overrides_and_plans_the_same_cells(

@@ -3,24 +3,18 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from runner_helpers import run, suite_of
 
 from flashprobe.runner.extension import copy_run, horizon_free
 from flashprobe.runner.plan import plan_suite
 from flashprobe.store.result_store import ResultStore
 from flashprobe.suites.suite import deep_merge
 from flashprobe.train.metrics import read_jsonl
-
-_spec = importlib.util.spec_from_file_location(
-    "training_fixtures", Path(__file__).parent / "test_training.py"
-)
-fixtures = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(fixtures)  # type: ignore[union-attr]
 
 CONSTANT = {"kind": "constant", "warmup_steps": 2}
 
@@ -37,7 +31,7 @@ def horizon(make_suite, steps: int, **changes: Any) -> dict[str, Any]:
 
 
 def actions(raw, root: Path) -> dict[str, str]:
-    plan = plan_suite(fixtures.suite_of(raw), ResultStore(root), version="test")
+    plan = plan_suite(suite_of(raw), ResultStore(root), version="test")
     return {p.cell.variant: p.action for p in plan}
 
 
@@ -50,12 +44,12 @@ def records(outcome) -> list[dict[str, Any]]:
 
 
 def test_an_extended_run_equals_the_run_from_scratch(tmp_path: Path, make_suite) -> None:
-    short = fixtures.run(horizon(make_suite, 6), tmp_path / "a")
+    short = run(horizon(make_suite, 6), tmp_path / "a")
     assert actions(horizon(make_suite, 10), tmp_path / "a") == dict.fromkeys(
         ("fa2", "sfa"), "extend"
     )
-    extended = fixtures.run(horizon(make_suite, 10), tmp_path / "a")
-    scratch = fixtures.run(horizon(make_suite, 10), tmp_path / "b")
+    extended = run(horizon(make_suite, 10), tmp_path / "a")
+    scratch = run(horizon(make_suite, 10), tmp_path / "b")
     for mine, theirs, before in zip(extended, scratch, short, strict=True):
         assert mine.status == "done" and mine.summary["extended_from"] == before.planned.key
         assert mine.summary["steps_trained"] == 4 and mine.summary["resumed_from_step"] == 6
@@ -66,7 +60,7 @@ def test_an_extended_run_equals_the_run_from_scratch(tmp_path: Path, make_suite)
         assert cell["extended_from"] == before.planned.key
         # the shorter run is left as it was
         assert len(read_jsonl(before.planned.run_dir / "metrics.jsonl")) == 6
-    again = fixtures.run(horizon(make_suite, 10), tmp_path / "a")
+    again = run(horizon(make_suite, 10), tmp_path / "a")
     assert {o.status for o in again} == {"cached"}
 
 
@@ -88,21 +82,21 @@ def test_runs_that_a_longer_horizon_would_change_start_over(
     first = copy.deepcopy(changes)
     if "branch" in changes:
         first["variants"]["fa2"]["optimizer"]["lr"] = 2e-3
-    fixtures.run(horizon(make_suite, 6, **first), tmp_path)
+    run(horizon(make_suite, 6, **first), tmp_path)
     assert set(actions(horizon(make_suite, 10, **changes), tmp_path).values()) == {"run"}
 
 
 def test_only_the_same_config_and_code_at_a_shorter_horizon_is_extended(
     tmp_path: Path, make_suite
 ) -> None:
-    fixtures.run(horizon(make_suite, 6), tmp_path)
+    run(horizon(make_suite, 6), tmp_path)
     with_decay = {"base": {"schedule": {"kind": "cosine", "decay_steps": 20}}}
     assert set(actions(horizon(make_suite, 10, **with_decay), tmp_path).values()) == {"run"}
     other_lr = {"base": {"optimizer": {"lr": 1e-3}}}
     assert set(actions(horizon(make_suite, 10, **other_lr), tmp_path).values()) == {"run"}
     assert set(actions(horizon(make_suite, 4), tmp_path).values()) == {"run"}  # never backwards
     other_code = plan_suite(
-        fixtures.suite_of(horizon(make_suite, 10)), ResultStore(tmp_path), version="other"
+        suite_of(horizon(make_suite, 10)), ResultStore(tmp_path), version="other"
     )
     assert {p.action for p in other_code} == {"run"}
     assert set(actions(horizon(make_suite, 10), tmp_path).values()) == {"extend"}
@@ -112,13 +106,13 @@ def test_a_branched_run_extends_beside_its_source_as_from_scratch(
     tmp_path: Path, make_suite
 ) -> None:
     branched = {"branch": {"from": "fa2", "step": 4}, "base": {"train": {"checkpoint_every": 2}}}
-    fixtures.run(horizon(make_suite, 6, **branched), tmp_path / "a")
+    run(horizon(make_suite, 6, **branched), tmp_path / "a")
     assert actions(horizon(make_suite, 10, **branched), tmp_path / "a") == {
         "fa2": "extend",
         "sfa": "extend",
     }
-    extended = fixtures.run(horizon(make_suite, 10, **branched), tmp_path / "a")
-    scratch = fixtures.run(horizon(make_suite, 10, **branched), tmp_path / "b")
+    extended = run(horizon(make_suite, 10, **branched), tmp_path / "a")
+    scratch = run(horizon(make_suite, 10, **branched), tmp_path / "b")
     for mine, theirs in zip(extended, scratch, strict=True):
         assert mine.status == "done" and mine.summary["extended_from"]
         assert records(mine) == records(theirs)
@@ -135,13 +129,13 @@ def test_a_branch_of_a_source_whose_lr_depends_on_the_horizon_starts_over(
         "base": {"train": {"checkpoint_every": 2}},
         "variants": {"fa2": cosine},  # sfa keeps the constant lr
     }
-    fixtures.run(horizon(make_suite, 6, **changes), tmp_path)
+    run(horizon(make_suite, 6, **changes), tmp_path)
     assert actions(horizon(make_suite, 10, **changes), tmp_path) == {"fa2": "run", "sfa": "run"}
 
 
 def test_a_run_stopped_by_its_divergence_rule_is_not_extended(tmp_path: Path, make_suite) -> None:
     """A run the divergence rule stopped ends the same way at any horizon: nothing to extend."""
-    (fa2, _) = fixtures.run(horizon(make_suite, 6), tmp_path)
+    (fa2, _) = run(horizon(make_suite, 6), tmp_path)
     summary = fa2.planned.path / "summary.json"
     stopped = {**json.loads(summary.read_text()), "steps_done": 3, "diverged": True}
     summary.write_text(json.dumps(stopped))

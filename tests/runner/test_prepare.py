@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
+from runner_helpers import suite_of
 
 from flashprobe.errors import FlashprobeError
 from flashprobe.runner.prepare import prepare_suite, replay_settings, select_variants
-
-_spec = importlib.util.spec_from_file_location(
-    "training_fixtures", Path(__file__).with_name("test_training.py")
-)
-fixtures = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(fixtures)  # type: ignore[union-attr]
-suite_of = fixtures.suite_of
 
 
 def test_select_variants_keeps_the_branch_source(make_suite) -> None:

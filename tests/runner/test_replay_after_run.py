@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
+
+from runner_helpers import Recorder, suite_of
 
 from flashprobe.runner.plan import plan_suite
 from flashprobe.runner.replay_after_run import replay_finished
 from flashprobe.runner.training import run_plan
 from flashprobe.store import reader as sr
 from flashprobe.store.result_store import ResultStore
-
-_spec = importlib.util.spec_from_file_location(
-    "training_fixtures", Path(__file__).with_name("test_training.py")
-)
-fixtures = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(fixtures)  # type: ignore[union-attr]
-suite_of, Recorder = fixtures.suite_of, fixtures.Recorder
 
 
 def test_replay_after_the_run_uses_what_finished(tmp_path, make_suite) -> None:

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 
 import pytest
+from runner_helpers import suite_of
 
 from flashprobe.errors import FlashprobeError
 from flashprobe.runner.plan import run_order
 from flashprobe.runner.prepare import select_variants
 from flashprobe.runner.shards import parse_shard, select_shard, shard_numbers
-
-_spec = importlib.util.spec_from_file_location(
-    "training_fixtures", Path(__file__).with_name("test_training.py")
-)
-fixtures = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(fixtures)  # type: ignore[union-attr]
-suite_of = fixtures.suite_of
 
 
 def test_shards_partition_the_cells_and_keep_branches_with_their_source(make_suite) -> None:

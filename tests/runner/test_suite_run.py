@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -11,12 +10,6 @@ import pytest
 from flashprobe.errors import FlashprobeError, RunStopped
 from flashprobe.runner.suite_run import SuiteRequest, plan_run, run_suite
 from flashprobe.runner.training import SuiteEvents
-
-_spec = importlib.util.spec_from_file_location(
-    "training_fixtures", Path(__file__).with_name("test_training.py")
-)
-fixtures = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(fixtures)  # type: ignore[union-attr]
 
 
 class Events(SuiteEvents):

@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from runner_helpers import Recorder, suite_of
 
 from flashprobe.runner.plan import plan_suite
 from flashprobe.runner.summary import outcome_row, plan_row
 from flashprobe.runner.training import run_plan
 from flashprobe.store.result_store import ResultStore
 
-_spec = importlib.util.spec_from_file_location(
-    "training_fixtures", Path(__file__).with_name("test_training.py")
-)
-fixtures = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(fixtures)  # type: ignore[union-attr]
-
 TOKENS_PER_STEP = 4 * 32  # the tiny suite's batch × block
 
 
 def test_rows_of_a_plan_and_of_its_outcomes(tmp_path, make_suite) -> None:
     raw = make_suite(axes={"optimizer.lr": [1e-3]}, branch={"from": "fa2", "step": 4})
-    suite, store = fixtures.suite_of(raw), ResultStore(tmp_path)
+    suite, store = suite_of(raw), ResultStore(tmp_path)
     plan = plan_suite(suite, store, version="test")
     source, branched = (plan_row(p) for p in plan)
     assert source == {
@@ -37,7 +29,7 @@ def test_rows_of_a_plan_and_of_its_outcomes(tmp_path, make_suite) -> None:
         "tokens": 8 * TOKENS_PER_STEP,
     }
     assert branched["branch"] == "fa2@4" and branched["tokens"] == 4 * TOKENS_PER_STEP
-    stop = fixtures.Recorder(at=(plan[1].cell.name, 6))
+    stop = Recorder(at=(plan[1].cell.name, 6))
     with pytest.raises(KeyboardInterrupt):
         run_plan(plan, store, version="test", events=stop)
     done, interrupted = plan_suite(suite, store, version="test", resume=True)
@@ -57,10 +49,10 @@ def test_an_extended_cell_says_which_run_it_continues(tmp_path, make_suite) -> N
     raw = make_suite(base={"schedule": {"kind": "constant", "warmup_steps": 2}})
     raw["variants"] = {"fa2": {}}
     store = ResultStore(tmp_path)
-    (short,) = run_plan(plan_suite(fixtures.suite_of(raw), store, version="test"), store,
+    (short,) = run_plan(plan_suite(suite_of(raw), store, version="test"), store,
                         version="test")  # fmt: skip
     raw["base"]["train"]["steps"] = 12  # the same cell to a longer horizon
-    longer = fixtures.suite_of(raw)
+    longer = suite_of(raw)
     (extended,) = plan_suite(longer, store, version="test")
     row = plan_row(extended)
     assert row["action"] == f"extend {short.planned.path.name} from step 8"
