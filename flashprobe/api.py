@@ -4,20 +4,20 @@
     o, stats = flashprobe.attention(q, k, v, spec={"preset": "fa2", "block_n": 32},
                                     return_stats=True)
 
-Backends: "emulator" (PyTorch, any device, the ground truth), "triton" (the CUDA kernels in
-`flashprobe.kernels`), "auto" (triton for CUDA tensors when the kernels are available, else the
-emulator).
+Backends (flashprobe.backends): "emulator" (PyTorch, any device, the ground truth), "triton"
+(the CUDA kernels in `flashprobe.kernels`), "auto" (triton for CUDA tensors when the kernels are
+available, else the emulator).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
+from flashprobe.backends import BACKENDS, load_triton, tensor_backend
 from flashprobe.errors import FlashprobeError
 from flashprobe.reference.emulator import emulate_forward
 from flashprobe.reference.emulator_backward import emulate_backward
@@ -27,7 +27,6 @@ from flashprobe.stats import AttentionStats
 
 __all__ = ["BACKENDS", "attention"]
 
-BACKENDS = ("auto", "emulator", "triton")
 #: fp64 runs the emulator with fp64 intermediates (for gradcheck); kernels take the others.
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 
@@ -87,10 +86,8 @@ def attention(
     """
     kernel_spec = resolve_spec(spec)
     _check_inputs(q, k, v, causal, scale)
-    chosen = choose_backend(backend, q)
-
-    if chosen == "triton":
-        triton_attention = _load_triton_backend()
+    if tensor_backend(backend, q) == "triton":
+        triton_attention = load_triton()
         return triton_attention(
             q, k, v, causal=causal, spec=kernel_spec, scale=scale, return_stats=return_stats
         )
@@ -105,7 +102,7 @@ def attention(
     return o
 
 
-# -- input checks and backend choice --------------------------------------------------------
+# -- input checks ----------------------------------------------------------------------------
 def _check_inputs(q: Any, k: Any, v: Any, causal: Any, scale: Any) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -142,34 +139,3 @@ def _check_inputs(q: Any, k: Any, v: Any, causal: Any, scale: Any) -> None:
         or scale <= 0
     ):
         raise FlashprobeError(f"scale must be a finite number > 0, got {scale!r}")
-
-
-def _triton_available() -> bool:
-    if importlib.util.find_spec("triton") is None:
-        return False
-    try:
-        _load_triton_backend()
-    except FlashprobeError:
-        return False
-    return True
-
-
-def choose_backend(backend: Any, q: torch.Tensor) -> str:
-    """The backend that `attention(q, ..., backend=backend)` runs: "triton" or "emulator"."""
-    if backend not in BACKENDS:
-        raise FlashprobeError(f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
-    if backend != "auto":
-        return backend
-    # The kernels take 16-bit and fp32 CUDA tensors; fp64 is the emulator's gradcheck mode.
-    if q.is_cuda and q.dtype != torch.float64 and _triton_available():
-        return "triton"
-    return "emulator"
-
-
-def _load_triton_backend() -> Any:
-    try:
-        from flashprobe.kernels import triton_attention
-    except ImportError as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise FlashprobeError(f"the triton backend is not available: {reason}") from None
-    return triton_attention

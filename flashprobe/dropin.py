@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from flashprobe.backends import check_backend
 from flashprobe.errors import FlashprobeError
 from flashprobe.spec import KernelSpec, resolve_spec
 
@@ -106,10 +107,7 @@ def patch_sdpa(spec: SpecLike = "fa2", *, backend: str = "auto") -> Iterator[Ker
     """Route torch.nn.functional.scaled_dot_product_attention through `sdpa` with `spec` inside
     the block; yields the resolved KernelSpec. Restores the previous function on exit."""
     kernel_spec = resolve_spec(spec)  # a bad spec fails here, before anything is patched
-    from flashprobe.api import BACKENDS
-
-    if backend not in BACKENDS:
-        raise FlashprobeError(f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
+    check_backend(backend)
 
     def routed(
         query: torch.Tensor,

@@ -1,4 +1,4 @@
-"""The one exception type users see as a one-line message (the CLI maps it to exit code 2)."""
+"""The exceptions users see as one line: bad input (exit code 2) and a run stopped short."""
 
 
 class FlashprobeError(ValueError):
@@ -6,3 +6,13 @@ class FlashprobeError(ValueError):
 
     The message is a single line naming the problem; the CLI prints it and exits with code 2.
     """
+
+
+class RunStopped(Exception):
+    """A run that stopped short of its job (Ctrl-C, a failed shard process or replay); what it
+    finished is kept. The CLI prints the one-line message and exits with `exit_code` (1: failed,
+    130: interrupted)."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

@@ -32,8 +32,8 @@ def _compile_task(task: tuple) -> str:
     """Run one variant once on a small input so its kernels are compiled and cached."""
     import torch
 
-    from flashprobe.experiments import benchmark as bench
     from flashprobe.kernels import autotune, tuning
+    from flashprobe.probes import benchmark as bench
     from flashprobe.spec import make_spec
 
     kind, spec_name, head_dim, causal, config, instrument = task
@@ -62,8 +62,8 @@ FWD_TUNED = (("fa2", False), ("sfa", False), ("fa2", True))
 def tune(out: Path, workers: int, seq: int) -> None:
     import torch
 
-    from flashprobe.experiments import benchmark as bench
     from flashprobe.kernels import autotune, launch, tuning
+    from flashprobe.probes import benchmark as bench
     from flashprobe.spec import make_spec
 
     configs = [(d, c) for d in HEAD_DIMS for c in (True, False)]
@@ -123,8 +123,8 @@ def main() -> None:
     import triton
 
     from flashprobe.environment import environment
-    from flashprobe.experiments import benchmark as bench
     from flashprobe.kernels import autotune
+    from flashprobe.probes import benchmark as bench
     from flashprobe.reporting.bench_table import bench_tables
 
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}")

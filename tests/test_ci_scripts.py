@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from flashprobe.experiments.suite import load_suite
+from flashprobe.suites.suite import load_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 

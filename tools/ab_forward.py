@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from flashprobe.experiments.benchmark import BenchShape
+    from flashprobe.probes.benchmark import BenchShape
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -70,8 +70,8 @@ def _baseline_kernel(path: Path) -> object:
 def _forward_fn(version: str, baseline: Path | None, preset: str, instrument: bool,
                 shape: BenchShape, config: dict | None) -> Callable[[], object]:  # fmt: skip
     """One forward launch of `version`'s kernel on fresh inputs of `shape`."""
-    from flashprobe.experiments import benchmark as bench
     from flashprobe.kernels import autotune, tuning
+    from flashprobe.probes import benchmark as bench
     from flashprobe.spec import make_spec
 
     q, k, v, _ = bench.make_inputs(shape)
@@ -98,7 +98,7 @@ def _compile_task(task: tuple) -> str:
     """Compile one variant by running it once on a small input (fills Triton's disk cache)."""
     import torch
 
-    from flashprobe.experiments import benchmark as bench
+    from flashprobe.probes import benchmark as bench
 
     version, baseline, preset, instrument, head_dim, causal, config = task
     shape = bench.BenchShape(1, 4, 1024, head_dim, causal)
@@ -123,8 +123,8 @@ def main() -> None:
     baseline = args.baseline.resolve()
 
     from flashprobe.environment import environment
-    from flashprobe.experiments import benchmark as bench
     from flashprobe.kernels import autotune, tuning
+    from flashprobe.probes import benchmark as bench
 
     masks = (True, False)
     tasks = [(ver, baseline, p, inst, d, c, None)

@@ -252,8 +252,8 @@ def main() -> None:
     import torch
 
     from flashprobe.environment import environment
-    from flashprobe.experiments import benchmark as bench
     from flashprobe.kernels import autotune, launch
+    from flashprobe.probes import benchmark as bench
     from flashprobe.spec import make_spec
 
     args.out.mkdir(parents=True, exist_ok=True)

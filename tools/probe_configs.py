@@ -38,8 +38,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
 
     from flashprobe.environment import environment
-    from flashprobe.experiments import benchmark as bench
     from flashprobe.kernels import autotune, tuning
+    from flashprobe.probes import benchmark as bench
     from flashprobe.spec import make_spec
 
     variants = {"fa2": ("fa2", False, None), "sfa": ("sfa", False, None),

@@ -53,8 +53,8 @@ def main() -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    from flashprobe.experiments.cell_config import normalise_cell_config, resolve_cell_config
-    from flashprobe.experiments.suite import load_suite
+    from flashprobe.suites.cell_config import normalise_cell_config, resolve_cell_config
+    from flashprobe.suites.suite import load_suite
     from flashprobe.train import train_run
 
     overrides = [f"train.steps={args.steps}", "train.checkpoint_final=false", "capture.steps=[]",

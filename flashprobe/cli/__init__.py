@@ -7,7 +7,7 @@ import sys
 import typer
 
 from flashprobe import __version__
-from flashprobe.errors import FlashprobeError
+from flashprobe.errors import FlashprobeError, RunStopped
 
 app = typer.Typer(
     name="flashprobe",
@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> None:
         result = app(args=argv, standalone_mode=False, prog_name="flashprobe")
     except FlashprobeError as exc:
         error(str(exc))
+    except RunStopped as exc:
+        typer.echo(f"flashprobe: {exc}", err=True)
+        raise SystemExit(exc.exit_code) from None
     except KeyboardInterrupt:
         typer.echo("flashprobe: interrupted", err=True)
         raise SystemExit(130) from None

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import functools
-import os
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
 from flashprobe.cli import app
-from flashprobe.errors import FlashprobeError
 from flashprobe.reporting.render import check_format, render
 
 if TYPE_CHECKING:  # imported lazily at run time: `flashprobe --version` stays fast
-    from flashprobe.experiments.ablate import PlannedCell
-    from flashprobe.experiments.store import ResultStore
+    from flashprobe.runner.replay_after_run import SuiteReplay
 
 COLUMNS = [
     "variant",
@@ -150,215 +145,55 @@ def ablate_command(
 
       torchrun --nproc_per_node 4 -m flashprobe ablate -c ablations/gpt2.yaml --set data.path=...
     """
-    from flashprobe.experiments.ablate import (
-        code_version,
-        parse_shard,
-        plan_suite,
-        prepare_suite,
-        replay_finished,
-        replay_settings,
-        run_plan,
-        select_shard,
-        select_variants,
-        suite_session,
-        write_suite_definition,
-    )
-    from flashprobe.experiments.parallel import (
-        check_jobs,
-        child_command,
-        trained_as_done,
-        watch_parent,
-    )
-    from flashprobe.experiments.store import ResultStore
+    from flashprobe.runner.suite_run import SuiteRequest, plan_run, run_suite
 
-    watch_parent()  # a --jobs shard process: stop when the parent is gone
     check_format(fmt)
-    check_jobs(jobs)
-    part = parse_shard(shard) if shard is not None else None
-    if part is not None and jobs > 1:
-        raise FlashprobeError("--jobs starts its own shards; give --shard or --jobs, not both")
-    full = prepare_suite(config, overrides, check_machine=not dry_run)
-    settings = None if no_replay else replay_settings(full, check_machine=not dry_run)
-    suite = select_variants(full, variants)
-    if part is not None:
-        suite = select_shard(suite, *part)
-        if settings is not None and not dry_run:
-            typer.echo(
-                f"replay: not in a shard; run `flashprobe replay {store} --suite {suite.name}` "
-                "once every shard is done",
-                err=True,
-            )
-        settings = None
-    version = code_version()
-    result_store = ResultStore(store)
-    plan = plan_suite(suite, result_store, version=version, resume=resume, restart=restart)
-    main_rank = int(os.environ.get("RANK", "0")) == 0
+    request = SuiteRequest(
+        config=config,
+        overrides=tuple(overrides),
+        variants=tuple(variants),
+        store=store,
+        resume=resume,
+        restart=restart,
+        replay=not no_replay,
+        jobs=jobs,
+        shard=shard,
+    )
     if dry_run:
         from flashprobe.cli.ablate_plan import render_plan
-        from flashprobe.experiments.ablate import machine_problems
 
-        problems = machine_problems(suite)
-        rows = [_plan_row(p) for p in plan]
-        typer.echo(render_plan(fmt, plan, suite, rows, problems))
-        for problem in problems if fmt != "table" else ():
+        planned = plan_run(request, dry_run=True)
+        typer.echo(render_plan(fmt, planned))
+        for problem in planned.problems if fmt != "table" else ():
             typer.echo(f"flashprobe: not checked here: {problem}", err=True)
         return
 
     from flashprobe.cli.ablate_progress import ProgressDisplay
 
-    if main_rank:
-        write_suite_definition(result_store, full, overrides)
-    trained = [p.path for p in plan if p.action != "skip"] if jobs > 1 else []
-    if trained:  # the shard processes train; then this one reads their cells back
-        command = functools.partial(
-            child_command,
-            config=config,
-            overrides=overrides,
-            variants=variants,
-            store=result_store.root,
-            resume=resume,
-            restart=restart,
-        )
-        _run_jobs(jobs, plan, result_store, suite.name, command)
-        plan = plan_suite(suite, result_store, version=version, resume=resume, restart=restart)
-        left = [p for p in plan if p.action != "skip"]
-        if left:  # the suite file or the code version (git commit) changed meanwhile
-            typer.echo(
-                f"flashprobe: the shard processes left {len(left)} of {len(plan)} cells "
-                f"unfinished ({left[0].cell.name} first); did the suite file or the git "
-                "commit change meanwhile?",
-                err=True,
-            )
-            raise SystemExit(1)
-    display = ProgressDisplay(every=log_every) if main_rank and not trained else None
-    with suite_session(plan):
-        try:
-            outcomes = run_plan(plan, result_store, version=version, events=display)
-        except KeyboardInterrupt:
-            if display is not None:
-                display.close()
-            typer.echo(
-                "flashprobe: interrupted; rerun with --resume to continue the unfinished cell",
-                err=True,
-            )
-            raise SystemExit(130) from None
-        finally:
-            if display is not None:
-                display.close()
-        if not main_rank:
-            return
-        outcomes = trained_as_done(outcomes, trained)
-        replay = None
-        if settings is not None:
-            live = display is not None and display.live
-            say = display.console.print if live and display is not None else None
-            replay = replay_finished(result_store, suite, outcomes, settings=settings, progress=say)
-    rows = [_outcome_row(o) for o in outcomes]
-    document = {
-        "suite": suite.name,
-        "store": str(result_store.root / suite.name),
-        "code_version": version,
-        "cells": [
-            {**row, "path": str(o.planned.path), "message": o.message, "summary": o.summary}
-            for row, o in zip(rows, outcomes, strict=True)
-        ],
-        "replay": replay.to_dict() if replay is not None else None,
-    }
-    typer.echo(render(fmt, rows, document=document, columns=COLUMNS, headers=HEADERS))
+    run = run_suite(
+        request,
+        events=ProgressDisplay(every=log_every),
+        say=lambda line: typer.echo(line, err=True),
+    )
+    if run is None:  # a torchrun rank other than 0: rank 0 reports
+        return
+    typer.echo(render(fmt, run.rows(), document=run.to_dict(), columns=COLUMNS, headers=HEADERS))
     if fmt == "table":
-        counts = {s: sum(o.status == s for o in outcomes) for s in ("done", "cached")}
+        counts = {s: sum(o.status == s for o in run.outcomes) for s in ("done", "cached")}
         typer.echo(
-            f"\n{len(outcomes)} cells ({counts['done']} run, {counts['cached']} cached) in "
-            f"{result_store.root / suite.name}"
+            f"\n{len(run.outcomes)} cells ({counts['done']} run, {counts['cached']} cached) in "
+            f"{run.folder}"
         )
-        for o in outcomes:
+        for o in run.outcomes:
             if o.message:
                 typer.echo(f"- {o.planned.cell.name}: {o.status.replace('_', ' ')}: {o.message}")
-    if replay is not None and fmt != "json":  # csv: stdout stays one table
-        typer.echo(_replay_line(replay, result_store.root), err=fmt == "csv")
-    if any(o.status in ("failed", "not_run") for o in outcomes):
-        raise SystemExit(1)
-    if replay is not None and replay.status == "failed":
+    if run.replay is not None and fmt != "json":  # csv: stdout stays one table
+        typer.echo(_replay_line(run.replay, run.store.root), err=fmt == "csv")
+    if not run.ok:
         raise SystemExit(1)
 
 
-def _run_jobs(
-    jobs: int,
-    plan: Sequence[PlannedCell],
-    store: ResultStore,
-    suite: str,
-    command: Callable[[int, int], list[str]],
-) -> None:
-    """Train the plan in `jobs` shard processes; exit 1 if one failed, 130 on Ctrl-C."""
-    from flashprobe.experiments.parallel import plan_shards, run_shards
-
-    shards = plan_shards(plan, jobs, store_root=store.root, suite=suite, command=command)
-    try:
-        results = run_shards(shards, say=lambda line: typer.echo(line, err=True))
-    except KeyboardInterrupt:
-        typer.echo(
-            "flashprobe: interrupted; the shard processes were stopped; rerun with --resume to "
-            "continue their unfinished cells",
-            err=True,
-        )
-        raise SystemExit(130) from None
-    failed = [r for r in results if not r.ok]
-    if failed:
-        names = ", ".join(r.shard.name for r in failed)
-        typer.echo(
-            f"flashprobe: {len(failed)} of {len(results)} shard processes failed ({names}); "
-            f"see {failed[0].shard.log}; the finished cells are kept (rerun to train the rest, "
-            "with --resume for interrupted ones)",
-            err=True,
-        )
-        raise SystemExit(1)
-
-
-def _replay_line(replay: Any, root: Path) -> str:
+def _replay_line(replay: SuiteReplay, root: Path) -> str:
     if replay.status in ("replayed", "cached"):
         return f"replay: {replay.message} -> {replay.suite_file}; ranking: flashprobe report {root}"
     return f"replay {replay.status}: {replay.message}"
-
-
-def _point(planned: Any) -> str:
-    return ",".join(f"{k}={v}" for k, v in planned.cell.point) or "-"
-
-
-def _plan_row(planned: Any) -> dict[str, Any]:
-    cell = planned.cell
-    action = planned.action
-    if action == "resume" and planned.checkpoint_step is not None:
-        action = f"resume from step {planned.checkpoint_step}"
-    elif action == "extend" and planned.extends is not None:
-        action = f"extend {planned.extends.path.name} from step {planned.checkpoint_step}"
-    return {
-        "variant": cell.variant,
-        "point": _point(planned),
-        "seed": cell.seed,
-        "action": action,
-        "branch": f"{cell.branch_from}@{cell.branch_step}" if cell.branch_from else None,
-        "steps": planned.steps,
-        "cell": planned.path.name,
-    }
-
-
-def _outcome_row(outcome: Any) -> dict[str, Any]:
-    planned, summary = outcome.planned, outcome.summary or {}
-    diverged = summary.get("diverged")
-    return {
-        "variant": planned.cell.variant,
-        "point": _point(planned),
-        "seed": planned.cell.seed,
-        "status": outcome.status.replace("_", " "),
-        "diverged": diverged,
-        "step": summary.get("diverged_step") if diverged else summary.get("steps_done"),
-        "final_loss": summary.get("final_loss"),
-        "min_loss": summary.get("min_loss"),
-        "final_val_loss": summary.get("final_val_loss"),
-        "tokens_per_s": _rounded(summary.get("tokens_per_s")),
-        "cell": planned.path.name,
-    }
-
-
-def _rounded(value: float | None) -> int | None:
-    return None if value is None else round(value)

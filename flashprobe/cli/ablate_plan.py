@@ -3,43 +3,32 @@ measured) and what only the target machine can check."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from flashprobe.reporting.render import render
 
 if TYPE_CHECKING:
-    from flashprobe.experiments.ablate import PlannedCell
-    from flashprobe.experiments.suite import Suite
+    from flashprobe.runner.suite_run import SuitePlan
 
 PLAN_COLUMNS = ["variant", "point", "seed", "action", "branch", "steps", "tokens", "cell"]
 HEADERS = {"point": "axes"}
 
 
-def render_plan(
-    fmt: str,
-    plan: Sequence[PlannedCell],
-    suite: Suite,
-    rows: Sequence[Mapping[str, Any]],
-    problems: Sequence[str],
-) -> str:
+def render_plan(fmt: str, planned: SuitePlan) -> str:
     """The plan rows (with the tokens each cell trains) and, as a table, the estimate lines;
     json and csv stay one document (rows only)."""
-    from flashprobe.experiments.estimate import cell_tokens, format_tokens
+    from flashprobe.suites.estimate import format_tokens
 
-    tokens = [cell_tokens(p.cell, p.first_step) if p.action != "skip" else 0 for p in plan]
-    full = [{**row, "tokens": n} for row, n in zip(rows, tokens, strict=True)]
+    rows = planned.rows()
     if fmt != "table":
-        return render(fmt, full, columns=PLAN_COLUMNS, headers=HEADERS)
-    shown = [{**row, "tokens": format_tokens(row["tokens"])} for row in full]
+        return render(fmt, rows, columns=PLAN_COLUMNS, headers=HEADERS)
+    shown = [{**row, "tokens": format_tokens(row["tokens"])} for row in rows]
     table = render(fmt, shown, columns=PLAN_COLUMNS, headers=HEADERS)
-    return "\n".join([table, "", *estimate_lines(plan, suite, sum(tokens), problems)])
+    return "\n".join([table, "", *estimate_lines(planned, sum(row["tokens"] for row in rows))])
 
 
-def estimate_lines(
-    plan: Sequence[PlannedCell], suite: Suite, tokens: int, problems: Sequence[str]
-) -> list[str]:
-    from flashprobe.experiments.estimate import (
+def estimate_lines(planned: SuitePlan, tokens: int) -> list[str]:
+    from flashprobe.suites.estimate import (
         describe_times,
         format_tokens,
         machine_device,
@@ -47,6 +36,7 @@ def estimate_lines(
         throughputs,
     )
 
+    plan, suite, problems = planned.cells, planned.suite, planned.problems
     to_run = [p for p in plan if p.action != "skip"]
     device = machine_device()
     lines = [

@@ -14,7 +14,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from flashprobe.experiments.ablate import CellOutcome, PlannedCell, SuiteEvents
+from flashprobe.runner.plan import PlannedCell
+from flashprobe.runner.training import CellOutcome, SuiteEvents
 
 
 class ProgressDisplay(SuiteEvents):
@@ -108,6 +109,13 @@ class ProgressDisplay(SuiteEvents):
             self.progress.console.print(line, markup=False, highlight=False)
         else:
             self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    def suite_finished(self) -> None:
+        self.close()
+
+    def replay_progress(self, message: str) -> None:
+        if self.live:
+            self.console.print(message)
 
     def close(self) -> None:
         if self.progress is not None:

@@ -9,7 +9,7 @@ import typer
 
 from flashprobe.cli import app
 from flashprobe.errors import FlashprobeError
-from flashprobe.experiments import benchmark as bench
+from flashprobe.probes import benchmark as bench
 from flashprobe.reporting.atomic import write_text_new
 
 

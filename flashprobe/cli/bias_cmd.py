@@ -131,12 +131,12 @@ def bias_command(
 
       flashprobe bias --variant paper-code:ties=1 --format json
     """
-    from flashprobe.experiments.bias import (
+    from flashprobe.probes.bias import run_bias
+    from flashprobe.probes.bias_config import (
         DEFAULT_BETAS,
         BiasConfig,
         default_variants,
         parse_range,
-        run_bias,
     )
 
     check_format(fmt)
@@ -171,7 +171,7 @@ def bias_command(
 
 
 def _header(report: object) -> str:
-    from flashprobe.experiments.bias import VERDICT_METHOD
+    from flashprobe.probes.bias_result import VERDICT_METHOD
 
     w = report.worked_example.to_dict()  # type: ignore[attr-defined]
     c = report.config  # type: ignore[attr-defined]

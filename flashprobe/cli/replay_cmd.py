@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import traceback
 from pathlib import Path
 
 import typer
 
 from flashprobe.cli import app
-from flashprobe.errors import FlashprobeError
 from flashprobe.reporting.render import check_format, render
 
 
@@ -45,42 +43,22 @@ def replay_command(
 
       flashprobe replay runs --suite paper --sources all --force
     """
-    from flashprobe.experiments import store_reader as sr
-    from flashprobe.experiments.replay import ReplaySettings, replay_cells
+    from flashprobe.attribution.replay import replay_suites
 
     check_format(fmt)
-    cells = sr.read_cells(store, suite)
+    replays = replay_suites(
+        store,
+        suite,
+        force=force,
+        progress=lambda m: typer.echo(m, err=True),
+        baseline=baseline,
+        safe=safe,
+        variants=tuple(variant) or None,
+        sources=sources,
+        backend=backend,
+    )
     rows = []
-    for name, members in sr.suites_of(cells).items():
-        folder = sr.suite_dir(members[0])
-        # Flags, then the suite's own `replay:` section (suite.json), then the roles the last
-        # replay resolved (which may have been inferred).
-        declared = (sr.read_suite_definition(folder) or {}).get("replay")
-        declared = dict(declared) if isinstance(declared, dict) else {}
-        roles = (sr.read_suite_replay(folder) or {}).get("roles") or {}
-        for key in ("baseline", "safe", "components"):
-            if not declared.get(key) and roles.get(key):
-                declared[key] = roles[key]
-        settings = ReplaySettings.from_suite(
-            declared,
-            baseline=baseline,
-            safe=safe,
-            variants=tuple(variant) or None,
-            sources=sources,
-            backend=backend,
-        )
-        try:
-            outcome = replay_cells(
-                members, settings, force=force, progress=lambda m: typer.echo(m, err=True)
-            )
-        except FlashprobeError as exc:
-            raise FlashprobeError(f"suite {name}: {exc}") from None
-        except (RuntimeError, ValueError, KeyError, IndexError, TypeError) as exc:
-            # captures that do not fit their cell's config (a hand edit, another code version):
-            # one line, as `ablate` says a failed replay; the training results stand
-            last = traceback.format_exception_only(exc)[-1].strip().splitlines()[0]
-            typer.echo(f"flashprobe: replay of suite {name} failed: {last}", err=True)
-            raise SystemExit(1) from None
+    for name, outcome in replays:
         for cell in outcome.cells:
             rows.append({"suite": name, **cell, "steps": ",".join(map(str, cell["steps"]))})
         for note in outcome.notes:

@@ -104,7 +104,7 @@ def report_command(
         check_output_folder(plot, "--plot")
     rule = None
     if failure is not None:
-        from flashprobe.experiments.failure import FailureRule
+        from flashprobe.attribution.failure import FailureRule
 
         layers = tuple(failure_layers) if failure_layers else None
         rule = FailureRule(failure, logit_limit, layers)

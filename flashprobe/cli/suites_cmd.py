@@ -28,9 +28,9 @@ def suites_command(
 
       flashprobe suites --format json
     """
-    from flashprobe.experiments.ablate import prepare_suite
-    from flashprobe.experiments.estimate import format_tokens, machine_device, suite_cost
-    from flashprobe.experiments.suite_files import bundled_suites
+    from flashprobe.runner.prepare import prepare_suite
+    from flashprobe.suites.bundled import bundled_suites
+    from flashprobe.suites.estimate import format_tokens, machine_device, suite_cost
 
     check_format(fmt)
     device = machine_device()

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
-from flashprobe.model.config import build_config, check_fields, require
+from flashprobe.config_tools import build_config, check_fields, require
 
 DataSource = Literal["stdlib", "pysource", "bin"]
 

@@ -3,7 +3,7 @@
 `tune_forward` and `tune_backward` time candidate launch configurations of one kernel variant
 (`triton.testing.do_bench` medians) and return them fastest first; the winners go to
 kernels/tuned/<arch>.json so that runs never tune. Speed against other attention
-implementations is measured by `flashprobe bench` (flashprobe.experiments.benchmark).
+implementations is measured by `flashprobe bench` (flashprobe.probes.benchmark).
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from flashprobe.backends import tensor_backend
 from flashprobe.model.config import AttentionConfig, HeadGroup
 from flashprobe.model.instrument import AttentionRecorder, LayerStats
 from flashprobe.reference.heads import expand_kv, group_size
@@ -188,9 +189,7 @@ def _flashprobe(
     if not want_stats:
         return GroupResult(out, None, None)
     o, stats = out
-    from flashprobe.api import choose_backend
-
-    on_kernels = choose_backend(config.backend, q) == "triton"
+    on_kernels = tensor_backend(config.backend, q) == "triton"
     sum_error = _softmax_sum_error(q, k, stats.lse, config.spec, on_kernels=on_kernels)
     return GroupResult(
         o,

@@ -31,7 +31,7 @@ class LayerStats:
     p_bar_ones: number of P̄ entries exactly 1 (flashprobe kernels only).
     sum_error, sum_rows: Σ of ΣP − 1 over the sampled rows, and their number, for the softmax
     the backward recomputes from the forward's lse (flashprobe kernels only; the mean is
-    `softmax_sum_bias`: > 0 when a bf16 running ℓ drops the tails, see experiments.bias).
+    `softmax_sum_bias`: > 0 when a bf16 running ℓ drops the tails, see probes.bias).
     NaN marks a quantity the head's attention implementation does not measure.
     """
 

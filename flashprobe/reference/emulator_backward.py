@@ -78,7 +78,7 @@ def softmax_sum_error(
     low_dtype: torch.dtype,
 ) -> torch.Tensor:
     """ΣP − 1 per row of the P the backward recomputes from the forward's lse (0 for an exact
-    lse). A bf16 running ℓ makes it one-sided on rows whose max has P̄ = 1 (experiments.bias);
+    lse). A bf16 running ℓ makes it one-sided on rows whose max has P̄ = 1 (probes.bias);
     then the score gradient has a component Σ_j dS_ij = −(ΣP − 1)·δ_i that shifts the whole row.
     """
     p = recompute_p(s_raw, lse, resolve_spec(spec), scale=scale, causal=causal, low_dtype=low_dtype)

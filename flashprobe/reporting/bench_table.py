@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from tabulate import tabulate
 
-from flashprobe.experiments.benchmark import Implementation, Timing, ratio_table
+from flashprobe.probes.benchmark import Implementation, Timing, ratio_table
 
 
 def bench_tables(timings: Sequence[Timing], impls: Sequence[Implementation]) -> str:

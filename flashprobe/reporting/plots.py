@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from flashprobe.errors import FlashprobeError
-from flashprobe.experiments import store_reader as sr
+from flashprobe.store import reader as sr
 
 INSTALL_HINT = "matplotlib is not installed; install the plot extra: pip install 'flashprobe[plot]'"
 

@@ -1,6 +1,6 @@
 """`flashprobe report`: a result store's suites as tables (summary, ranking, metrics, hot spots).
 
-`build_reports` gathers everything from the store (through experiments.store_reader) into plain
+`build_reports` gathers everything from the store (through store.reader) into plain
 row dicts; `render_reports` formats them as a text table, markdown (for an issue or a paper),
 CSV (one table, `--table`) or JSON (everything). A partially finished store is reported as far
 as it goes, and `missing` says what is not there yet.
@@ -18,16 +18,16 @@ from typing import Any
 
 from tabulate import tabulate
 
+from flashprobe.attribution.failure import FailureRule, counted, failure_steps
+from flashprobe.attribution.pooling import pooled_splits
+from flashprobe.attribution.ranking import METHOD, Roles, outcomes, rank, resolve_roles
+from flashprobe.attribution.replay_summary import hot_spots, summarise
+from flashprobe.attribution.selection import Superseded, one_run_per_seed
 from flashprobe.errors import FlashprobeError
-from flashprobe.experiments import store_reader as sr
-from flashprobe.experiments.bias import T_SIGNIFICANT
-from flashprobe.experiments.cell_config import horizon
-from flashprobe.experiments.failure import FailureRule, counted, failure_steps
-from flashprobe.experiments.pooling import pooled_splits
-from flashprobe.experiments.ranking import METHOD, Roles, outcomes, rank, resolve_roles
-from flashprobe.experiments.replay_summary import hot_spots, summarise
-from flashprobe.experiments.selection import Superseded, one_run_per_seed
+from flashprobe.probes.bias_result import T_SIGNIFICANT
 from flashprobe.reporting.render import WIDTH, fill, fit_table, render_csv, render_json
+from flashprobe.store import reader as sr
+from flashprobe.suites.cell_config import horizon
 
 FORMATS = ("table", "markdown", "csv", "json")
 TABLES = ("summary", "ranking", "pooled", "metrics", "hotspots")
@@ -75,7 +75,7 @@ def build_reports(
     horizon: int | None = None,
 ) -> list[SuiteReport]:
     """`failure`: what the ranking counts as a failed run (default: each suite's `failure:`
-    section, else divergence); `horizon`: count outcomes at this step (experiments.failure)."""
+    section, else divergence); `horizon`: count outcomes at this step (attribution.failure)."""
     cells = sr.read_cells(root, suite)
     return [
         build_suite_report(

@@ -10,9 +10,10 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
+from flashprobe.config_tools import build_config, check_fields, require
 from flashprobe.data.config import DataConfig
 from flashprobe.errors import FlashprobeError
-from flashprobe.model.config import ModelConfig, build_config, check_fields, require
+from flashprobe.model.config import ModelConfig
 
 
 class _Section:

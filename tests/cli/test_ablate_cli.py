@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import yaml
 
-from flashprobe.experiments.ablate import code_version
+from flashprobe.runner.plan import code_version
 from flashprobe.train.metrics import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -170,7 +170,7 @@ def test_multi_gpu_suites_plan_on_cpu(tmp_path, run_cli, monkeypatch, name: str)
 
 
 def test_paper_scale_suite_keeps_the_papers_batch_and_schedule() -> None:
-    from flashprobe.experiments.suite import load_suite
+    from flashprobe.suites.suite import load_suite
 
     suite = load_suite(ROOT / "ablations" / "gpt2-pysource.yaml")
     assert suite.variants() == ["paper-code", "fa2"] and len(suite.cells) == 2
@@ -323,7 +323,7 @@ def test_a_later_replay_follows_the_suites_replay_section(tmp_path, run_cli) -> 
 
 
 def test_a_failed_replay_keeps_the_summary_and_exits_1(tmp_path, run_cli, monkeypatch) -> None:
-    from flashprobe.experiments import replay
+    from flashprobe.attribution import replay
 
     def broken(*args, **kwargs):
         raise RuntimeError("kernel exploded")
@@ -426,10 +426,10 @@ def test_a_failed_shard_process_makes_the_run_exit_1(tmp_path, run_cli) -> None:
 
 
 def test_jobs_refuse_to_train_what_the_shards_left(tmp_path, run_cli, monkeypatch) -> None:
-    from flashprobe.experiments import ablate
+    from flashprobe.runner import plan
 
     # the shard processes see another code version (a commit landed meanwhile): other cells
-    monkeypatch.setattr(ablate, "code_version", lambda: "before-the-commit")
+    monkeypatch.setattr(plan, "code_version", lambda: "before-the-commit")
     raw = {**TINY, "variants": {"fa2": {}}}
     config, store = write(tmp_path, raw), tmp_path / "store"
     result = run_cli("ablate", "-c", config, "--store", str(store), "--jobs", "2")
@@ -563,8 +563,10 @@ def test_a_kill_at_a_random_step_resumes_bit_identically(tmp_path, run_cli) -> N
     """kill -9 at a random moment of a one-thread shard-like process, then --resume here (every
     core), and an interruption here resumed in a one-thread process: both give the metrics,
     summary and final weights of an uninterrupted run, to the bit."""
-    from flashprobe.experiments.ablate import SuiteEvents, plan_suite, prepare_suite, run_plan
-    from flashprobe.experiments.store import ResultStore
+    from flashprobe.runner.plan import plan_suite
+    from flashprobe.runner.prepare import prepare_suite
+    from flashprobe.runner.training import SuiteEvents, run_plan
+    from flashprobe.store.result_store import ResultStore
 
     config = write(tmp_path, _sensitive_suite())
     command = [sys.executable, "-m", "flashprobe", "ablate", "-c", config, "--format", "json"]
@@ -608,7 +610,7 @@ def test_a_kill_at_a_random_step_resumes_bit_identically(tmp_path, run_cli) -> N
 def test_a_read_only_store_exits_2_before_writing(tmp_path, run_cli, monkeypatch) -> None:
     """A read-only file system (or folder) as --store: one line, nothing written. (Simulated:
     the tests may run as root, which writes anywhere.)"""
-    from flashprobe.experiments import store as store_module
+    from flashprobe.store import result_store as store_module
 
     config, store = write(tmp_path, TINY), tmp_path / "store"
     store.mkdir()

@@ -19,9 +19,11 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from flashprobe.cli import main
-from flashprobe.experiments.ablate import plan_suite, prepare_suite, write_suite_definition
-from flashprobe.experiments.cell_lock import cell_lock
-from flashprobe.experiments.store import ResultStore
+from flashprobe.runner.cell_lock import cell_lock
+from flashprobe.runner.definition import write_suite_definition
+from flashprobe.runner.plan import plan_suite
+from flashprobe.runner.prepare import prepare_suite
+from flashprobe.store.result_store import ResultStore
 from flashprobe.train.config import TrainConfig
 
 SECTIONS = {name: [f.name for f in cls.__dataclass_fields__.values()]  # type: ignore[attr-defined]

@@ -31,7 +31,7 @@ def test_bench_json_records_the_gpu_it_ran_on(run_cli, tmp_path, monkeypatch) ->
     """The JSON's environment names the CUDA device (its GPU model where one is visible)."""
     import json
 
-    from flashprobe.experiments import benchmark
+    from flashprobe.probes import benchmark
     from flashprobe.reporting import bench_table
 
     monkeypatch.setattr(benchmark, "run_benchmark", lambda *args, **kwargs: [])

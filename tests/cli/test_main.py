@@ -54,3 +54,19 @@ def test_an_os_error_is_one_line_exit_1(run_cli, monkeypatch, tmp_path) -> None:
     result = run_cli("report", str(tmp_path))
     assert result.code == 1
     assert result.err.strip() == f"flashprobe: error: No space left on device: {tmp_path / 'x'}"
+
+
+@pytest.mark.parametrize("exit_code", [1, 130])
+def test_a_run_stopped_short_is_one_line_with_its_exit_code(
+    run_cli, monkeypatch, tmp_path, exit_code: int
+) -> None:
+    from flashprobe.errors import RunStopped
+    from flashprobe.reporting import report
+
+    def stopped(*args, **kwargs):
+        raise RunStopped("interrupted; the finished cells are kept", exit_code)
+
+    monkeypatch.setattr(report, "build_reports", stopped)
+    result = run_cli("report", str(tmp_path))
+    assert result.code == exit_code
+    assert result.err == "flashprobe: interrupted; the finished cells are kept\n"

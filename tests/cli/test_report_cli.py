@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 _spec = importlib.util.spec_from_file_location(
-    "replay_fixtures", Path(__file__).parents[1] / "experiments" / "test_replay.py"
+    "replay_fixtures", Path(__file__).parents[1] / "attribution" / "test_replay.py"
 )
 fixtures = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
 _spec.loader.exec_module(fixtures)  # type: ignore[union-attr]
@@ -158,7 +158,7 @@ def test_report_takes_the_roles_from_suite_json(run_cli, tmp_path) -> None:
 
 def test_report_with_a_logit_runaway_rule(run_cli, tmp_path) -> None:
     spec = importlib.util.spec_from_file_location(
-        "failure_fixtures", Path(__file__).parents[1] / "experiments" / "test_failure.py"
+        "failure_fixtures", Path(__file__).parents[1] / "attribution" / "test_failure.py"
     )
     failure = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(failure)  # type: ignore[union-attr]

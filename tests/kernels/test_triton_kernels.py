@@ -165,7 +165,7 @@ def test_key_shift_leak_within_gate_of_the_pytorch_reference(
     """Σ_j dK_j is exactly 0 (softmax ignores a common shift of a row's scores). A kernel with
     fp32 running accumulators leaks no more there than plain bf16 PyTorch attention: at most 2×
     its leak plus 1e-3, about what bf16 rounding of dK alone leaves."""
-    from flashprobe.experiments.mechanism import key_shift_leak
+    from flashprobe.attribution.mechanism import key_shift_leak
 
     q, k, v, do = qkv_do(**sizes(device), dtype=torch.bfloat16, device=device, seed=1)
     dk = run_kernel(q, k, v, do, make_spec(preset), causal)[3]

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from flashprobe.experiments import benchmark as bench
+from flashprobe.probes import benchmark as bench
 from flashprobe.reporting.bench_table import bench_tables
 
 

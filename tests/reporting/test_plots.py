@@ -13,7 +13,7 @@ from flashprobe.reporting import plots
 from flashprobe.reporting.report import build_reports
 
 _spec = importlib.util.spec_from_file_location(
-    "replay_fixtures", Path(__file__).parents[1] / "experiments" / "test_replay.py"
+    "replay_fixtures", Path(__file__).parents[1] / "attribution" / "test_replay.py"
 )
 fixtures = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
 _spec.loader.exec_module(fixtures)  # type: ignore[union-attr]

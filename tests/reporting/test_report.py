@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from flashprobe.experiments import store_reader as sr
-from flashprobe.experiments.replay import ReplaySettings, replay_cells
+from flashprobe.attribution.replay import replay_cells
+from flashprobe.attribution.replay_settings import ReplaySettings
 from flashprobe.reporting.report import build_reports, render_reports
+from flashprobe.store import reader as sr
 
 # The synthetic store builder lives with the replay tests (test dirs are not packages).
 _spec = importlib.util.spec_from_file_location(
-    "replay_fixtures", Path(__file__).parents[1] / "experiments" / "test_replay.py"
+    "replay_fixtures", Path(__file__).parents[1] / "attribution" / "test_replay.py"
 )
 fixtures = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
 _spec.loader.exec_module(fixtures)  # type: ignore[union-attr]
@@ -57,7 +58,7 @@ def test_partial_store_says_what_is_missing(tmp_path) -> None:
 
 
 _failure_spec = importlib.util.spec_from_file_location(
-    "failure_fixtures", Path(__file__).parents[1] / "experiments" / "test_failure.py"
+    "failure_fixtures", Path(__file__).parents[1] / "attribution" / "test_failure.py"
 )
 failure_fixtures = importlib.util.module_from_spec(_failure_spec)  # type: ignore[arg-type]
 _failure_spec.loader.exec_module(failure_fixtures)  # type: ignore[union-attr]
@@ -86,7 +87,7 @@ def test_ranking_counts_the_suites_failure_rule(tmp_path: Path) -> None:
 
 
 _selection_spec = importlib.util.spec_from_file_location(
-    "selection_fixtures", Path(__file__).parents[1] / "experiments" / "test_selection.py"
+    "selection_fixtures", Path(__file__).parents[1] / "attribution" / "test_selection.py"
 )
 selection_fixtures = importlib.util.module_from_spec(_selection_spec)  # type: ignore[arg-type]
 _selection_spec.loader.exec_module(selection_fixtures)  # type: ignore[union-attr]

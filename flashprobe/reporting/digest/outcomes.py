@@ -6,9 +6,9 @@ A seed's outcome (at a horizon H, `--horizon`, or as far as each run went):
                     diverging by step H)
     no outcome      cut before it finished or diverged (with H: it ended before step H
                     without diverging): it is counted neither way
-as in `flashprobe report` (experiments.failure). A variant's n is its seeds with an outcome;
+as in `flashprobe report` (attribution.failure). A variant's n is its seeds with an outcome;
 Fisher's exact test compares its diverged/n with the reference variant's at the same grid
-point (experiments.ranking.fisher_exact).
+point (attribution.ranking.fisher_exact).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flashprobe.experiments.failure import FailureRule
-from flashprobe.experiments.ranking import fisher_exact
+from flashprobe.attribution.failure import FailureRule
+from flashprobe.attribution.ranking import fisher_exact
 from flashprobe.reporting.digest.schema import DigestCell
 
 DIVERGED, NOT_DIVERGED, NO_OUTCOME = "diverged", "not diverged", "no outcome"

@@ -1,6 +1,6 @@
 """Several digests → one run per (suite, variant, grid point, seed).
 
-The same rule as a store's (experiments.selection): the longest run, then the latest. Longest
+The same rule as a store's (attribution.selection): the longest run, then the latest. Longest
 is the planned horizon (`train.steps` of the cell config); a v1 digest has no config, so its
 runs are measured by the steps they reached. Latest is the run's start time (v2 digests),
 else the digest's place among the arguments (pass older digests first). The same run digested
@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from flashprobe.experiments.ranking import component_diff, component_label
+from flashprobe.attribution.ranking import component_diff, component_label
 from flashprobe.reporting.digest.schema import DigestCell
 
 

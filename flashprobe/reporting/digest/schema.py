@@ -47,8 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from flashprobe.errors import FlashprobeError
-from flashprobe.experiments.cell_config import horizon
-from flashprobe.experiments.suite import hashable_value
+from flashprobe.suites.cell_config import horizon
+from flashprobe.suites.suite import hashable_value
 
 FORMAT = "flashprobe-digest"
 VERSION = 2

@@ -17,11 +17,11 @@ from typing import Any
 
 from flashprobe import __version__
 from flashprobe.errors import FlashprobeError
-from flashprobe.experiments import store_reader as sr
-from flashprobe.experiments.store import ENVIRONMENT_FILE, read_json
 from flashprobe.reporting.atomic import write_text_atomic, write_text_new
 from flashprobe.reporting.digest.schema import FORMAT, VERSION
 from flashprobe.reporting.render import to_jsonable
+from flashprobe.store import reader as sr
+from flashprobe.store.result_store import ENVIRONMENT_FILE, read_json
 from flashprobe.train.checkpoint import checkpoint_step, latest_checkpoint
 
 DEFAULT_EVERY = 10
@@ -38,7 +38,7 @@ def build_digest(
     for cell in cells:
         if cell.suite not in suites:
             suites[cell.suite] = sr.read_suite_definition(sr.suite_dir(cell))
-    from flashprobe.experiments.ablate import code_version
+    from flashprobe.runner.plan import code_version
 
     return to_jsonable(
         {

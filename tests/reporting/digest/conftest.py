@@ -17,16 +17,13 @@ from typing import Any
 
 import pytest
 
-from flashprobe.experiments.ablate import (
-    SuiteEvents,
-    check_branches,
-    plan_suite,
-    run_plan,
-    write_suite_definition,
-)
-from flashprobe.experiments.cell_config import normalise_cell_config
-from flashprobe.experiments.store import ResultStore
-from flashprobe.experiments.suite import expand_suite
+from flashprobe.runner.branches import check_branches
+from flashprobe.runner.definition import write_suite_definition
+from flashprobe.runner.plan import plan_suite
+from flashprobe.runner.training import SuiteEvents, run_plan
+from flashprobe.store.result_store import ResultStore
+from flashprobe.suites.cell_config import normalise_cell_config
+from flashprobe.suites.suite import expand_suite
 
 CUT_AT = 14  # fa2 seed 1 stops after this step
 

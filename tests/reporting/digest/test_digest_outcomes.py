@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from flashprobe.experiments.ranking import fisher_exact
+from flashprobe.attribution.ranking import fisher_exact
 from flashprobe.reporting.digest.outcomes import (
     DIVERGED,
     NO_OUTCOME,

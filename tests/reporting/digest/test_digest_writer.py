@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from flashprobe.errors import FlashprobeError
-from flashprobe.experiments import store_reader as sr
 from flashprobe.reporting.digest.writer import build_digest, thin, write_digest
+from flashprobe.store import reader as sr
 
 
 def _strict(text: str) -> object:

@@ -1,0 +1,1 @@
+"""Attribution: which kernel component explains a divergence (replay, mechanisms, ranking)."""

@@ -1,0 +1,340 @@
+"""Replay every kernel variant of a suite on captured training tensors and measure mechanisms.
+
+For each source cell (default: the failing baseline's cells) and each of its captures
+(run/captures/step_<t>.safetensors: Q, K, V, dO per layer, see store.result_store), every
+variant's kernel (its KernelSpec per layer and head group, from its own cell config) runs the
+forward and backward on the same Q, K, V and dO, and the fp64 golden runs once
+(attribution.replay_metrics: what is measured per variant, step, layer and head, and across
+steps).
+
+Results: STORE/<suite>/<source cell>/replay.json (per cell, keyed by the captures, the variants'
+specs and the backend, so an unchanged replay is skipped) and STORE/<suite>/replay.json (roles,
+variants and the per-variant summary the report ranks with). Both are written atomically.
+
+Which variants, on whose captures and on which backend: the suite's `replay:` section and the
+flags of `flashprobe replay` (attribution.replay_settings).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from flashprobe import __version__
+from flashprobe.attribution import mechanism as mech
+from flashprobe.attribution.ranking import Roles, resolve_roles
+from flashprobe.attribution.replay_kernel import KernelFn, run_kernel
+from flashprobe.attribution.replay_metrics import HeadSeries, head_metrics
+from flashprobe.attribution.replay_settings import ReplaySettings, stored_settings
+from flashprobe.attribution.replay_summary import summarise
+from flashprobe.attribution.selection import one_run_per_seed
+from flashprobe.backends import machine_backend
+from flashprobe.errors import FlashprobeError, RunStopped
+from flashprobe.reference.golden import golden_backward, golden_forward
+from flashprobe.reference.heads import expand_kv, group_size
+from flashprobe.spec import KernelSpec
+from flashprobe.store import reader as sr
+
+FORMAT = "flashprobe-replay/1"
+
+Progress = Callable[[str], None]
+#: (variant, layer) → [(heads, spec or None when the heads do not use a flashprobe kernel)]
+LayerGroups = list[tuple[tuple[int, ...], KernelSpec | None]]
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    suite: str
+    roles: Roles
+    cells: list[dict[str, Any]]  # {cell, status, steps, message?}
+    suite_file: str | None
+    notes: list[str]
+
+
+def replay_store(
+    store: Any,
+    suite: Any,
+    *,
+    settings: ReplaySettings | None = None,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> ReplayOutcome:
+    """Replay one suite of a result store. `store`: a ResultStore or its root path; `suite`: an
+    suites.suite.Suite (its `replay:` section supplies the settings) or a suite name."""
+    from flashprobe.store.result_store import ResultStore
+    from flashprobe.suites.suite import Suite
+
+    root = store.root if isinstance(store, ResultStore) else store
+    name = suite.name if isinstance(suite, Suite) else suite
+    if settings is None:
+        raw = suite.raw if isinstance(suite, Suite) else {}
+        settings = ReplaySettings.from_suite(raw.get("replay"))
+    cells = sr.read_cells(root, str(name))
+    return replay_cells(cells, settings, force=force, progress=progress)
+
+
+def replay_suites(
+    store: str | Path,
+    suite: str | None = None,
+    *,
+    force: bool = False,
+    progress: Progress | None = None,
+    **flags: Any,
+) -> Iterator[tuple[str, ReplayOutcome]]:
+    """Replay every suite of a store (or only `suite`), one after the other: each with `flags`
+    (ReplaySettings fields; None: not given) over the suite's stored settings
+    (replay_settings.stored_settings). Yields (suite name, outcome) as each is done.
+
+    A suite whose captures do not fit its cells' configs (a hand edit, another code version)
+    stops the replay with RunStopped; the training results stand."""
+    cells = sr.read_cells(store, suite)
+    for name, members in sr.suites_of(cells).items():
+        settings = stored_settings(sr.suite_dir(members[0]), **flags)
+        try:
+            outcome = replay_cells(members, settings, force=force, progress=progress)
+        except FlashprobeError as exc:
+            raise FlashprobeError(f"suite {name}: {exc}") from None
+        except (RuntimeError, ValueError, KeyError, IndexError, TypeError) as exc:
+            last = traceback.format_exception_only(exc)[-1].strip().splitlines()[0]
+            raise RunStopped(f"replay of suite {name} failed: {last}") from None
+        yield name, outcome
+
+
+def replay_cells(
+    cells: list[sr.CellView],
+    settings: ReplaySettings,
+    *,
+    force: bool = False,
+    progress: Progress | None = None,
+    kernel: KernelFn | None = None,
+) -> ReplayOutcome:
+    """Replay the cells of one suite (see the module doc); `kernel` replaces run_kernel (tests
+    plant known errors through it)."""
+    say = progress or (lambda _msg: None)
+    suite = cells[0].suite
+    cells, superseded = one_run_per_seed(cells)  # as report counts them
+    roles = resolve_roles(cells, settings.baseline, settings.safe, settings.components)
+    notes = list(roles.notes)
+    if superseded:
+        notes.append(f"{len(superseded)} superseded run(s) not replayed (see `flashprobe report`)")
+    backend = machine_backend(settings.backend)
+    known = sorted({c.variant for c in cells})
+    wanted = list(settings.variants) if settings.variants is not None else known
+    missing = [v for v in wanted if v not in known]
+    if missing:
+        raise FlashprobeError(f"replay: no variant {missing[0]!r} in suite {suite!r}")
+    sources = [c for c in cells if settings.sources == "all" or c.variant == roles.baseline]
+    results: list[dict[str, Any]] = []
+    docs: list[dict[str, Any]] = []
+    for source in sources:
+        steps = sr.capture_files(source)
+        if not steps:
+            state = "unfinished, " if not source.finished else ""
+            results.append({"cell": source.name, "status": "no captures", "steps": []})
+            notes.append(f"{source.name}: {state}no captures to replay")
+            continue
+        groups = {v: _variant_groups(cells, v, source.point) for v in wanted}
+        key = _replay_key(steps, groups, backend)
+        old = sr.read_replay(source)
+        if old is not None and old.get("key") == key and not force:
+            results.append({"cell": source.name, "status": "cached", "steps": _steps(steps)})
+            docs.append(old)
+            continue
+        say(f"replaying {len(wanted)} variants on {source.name} ({len(steps)} captures)")
+        doc = replay_source(source, steps, groups, backend, progress=say, kernel=kernel)
+        doc["key"] = key
+        sr.write_replay(source, doc)
+        docs.append(doc)
+        results.append({"cell": source.name, "status": "replayed", "steps": _steps(steps)})
+    if not docs:
+        notes.append(
+            f"nothing replayed: the {settings.sources} cells of suite {suite!r} hold no captures "
+            "(set capture: {layers: [...], steps: [...]} in the suite)"
+        )
+    suite_doc = {
+        "format": FORMAT,
+        "suite": suite,
+        "roles": roles.to_dict(),
+        "backend": backend,
+        "variants": wanted,
+        "sources": [r["cell"] for r in results],
+        "summary": summarise(docs),
+        "weight_gradient": _weight_source(docs),
+        "notes": notes,
+        "flashprobe": __version__,
+    }
+    suite_file = sr.write_suite_replay(cells[0].path.parent, suite_doc)
+    return ReplayOutcome(suite, roles, results, str(suite_file), notes)
+
+
+def replay_source(
+    source: sr.CellView,
+    steps: list[tuple[int, Any]],
+    groups: Mapping[str, Mapping[int, LayerGroups]],
+    backend: str,
+    *,
+    progress: Progress | None = None,
+    kernel: KernelFn | None = None,
+) -> dict[str, Any]:
+    """Replay every variant on every capture of one cell; returns the replay.json document."""
+    device = torch.device("cuda" if backend == "triton" else "cpu")
+    records: list[dict[str, Any]] = []
+    series: dict[tuple[str, int, int], HeadSeries] = {}
+    notes: set[str] = set()
+    has_x = True
+    layers_seen: set[int] = set()
+    for step, path in steps:
+        capture = sr.load_capture(step, path)
+        for layer in capture.layers:
+            tensors = {n: capture.layer(layer, n) for n in ("q", "k", "v", "do", "o", "x")}
+            if any(tensors[n] is None for n in ("q", "k", "v", "do")):
+                notes.add(f"step {step} layer {layer}: capture lacks q/k/v/do")
+                continue
+            layers_seen.add(layer)
+            has_x = has_x and tensors["x"] is not None
+            if progress:
+                progress(f"  step {step} layer {layer}")
+            records += _replay_layer(
+                source, capture, layer, tensors, groups, backend, device, series, notes,
+                kernel or run_kernel,
+            )  # fmt: skip
+    if not has_x:
+        notes.add(
+            "captures hold no layer input X (key layer{i}.x): wq_rel/wk_rel and their coherence "
+            "use the token-summed dQ/dK instead of dW = dQᵀX"
+        )
+    return {
+        "format": FORMAT,
+        "source_cell": source.name,
+        "source_variant": source.variant,
+        "seed": source.seed,
+        "point": [list(p) for p in source.point],
+        "backend": backend,
+        "steps": _steps(steps),
+        "layers": sorted(layers_seen),
+        "weight_gradient": "dW = dQᵀX" if has_x else "token-summed dQ (no X captured)",
+        "records": records,
+        "series": [s.to_dict(v, layer, head) for (v, layer, head), s in sorted(series.items())],
+        "notes": sorted(notes),
+        "flashprobe": __version__,
+    }
+
+
+def _replay_layer(
+    source: sr.CellView,
+    capture: sr.Capture,
+    layer: int,
+    tensors: Mapping[str, torch.Tensor | None],
+    groups: Mapping[str, Mapping[int, LayerGroups]],
+    backend: str,
+    device: torch.device,
+    series: dict[tuple[str, int, int], HeadSeries],
+    notes: set[str],
+    kernel: KernelFn,
+) -> list[dict[str, Any]]:
+    q, k, v, do = (tensors[n].to(device) for n in ("q", "k", "v", "do"))  # type: ignore[union-attr]
+    # Grouped-query captures: each query head replays on its own copy of its key/value head, so
+    # dK, dW_K and the key-shift leak are that query head's share of the shared head's gradient.
+    group = group_size(q, k)
+    k, v = expand_kv(k, group), expand_kv(v, group)
+    x = tensors["x"]
+    x64 = x.to(device).double() if x is not None else None
+    captured_o = tensors["o"]
+    causal, scale = capture.causal, capture.softmax_scale
+    scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    gold_f = golden_forward(q, k, v, causal=causal, scale=scale)
+    gold_b = golden_backward(q, k, v, do, causal=causal, scale=scale)
+    out = []
+    for variant, by_layer in groups.items():
+        for heads, spec in by_layer.get(layer, []):
+            if spec is None:
+                notes.add(f"{variant}: layer {layer} heads {list(heads)} use no flashprobe kernel")
+                continue
+            idx = torch.tensor(heads, device=device)
+            run = kernel(
+                *(t.index_select(1, idx) for t in (q, k, v, do)),
+                spec,
+                causal=causal,
+                scale=scale,
+                backend=backend,
+            )
+            for j, head in enumerate(heads):
+                rec, delta_rows, wq_err, wk_err = head_metrics(run, j, head, gold_f, gold_b, x64)
+                rec["key_shift_leak"], rec["key_shift_drift"] = mech.key_shift_leak(
+                    run.dk[:, j], q[:, head]
+                )
+                if run.lse is not None:
+                    rec["softmax_sum_bias"], rec["softmax_sum_t"] = mech.softmax_sum_bias(
+                        q[:, head], k[:, head], run.lse[:, j], spec, causal=causal, scale=scale
+                    )
+                if variant == source.variant and captured_o is not None:
+                    same = torch.equal(run.o[:, j].cpu(), captured_o[:, head].to(run.o.dtype))
+                    rec["matches_capture"] = same
+                rec.update(variant=variant, step=capture.step, layer=layer, head=head)
+                out.append(rec)
+                s = series.setdefault((variant, layer, head), HeadSeries())
+                s.steps.append(capture.step)
+                s.delta_sums.append(rec["delta_sum"])
+                s.delta_rows.append(delta_rows)
+                s.wq.add(wq_err)
+                s.wk.add(wk_err)
+    return out
+
+
+def _variant_groups(
+    cells: Sequence[sr.CellView], variant: str, point: tuple[tuple[str, Any], ...]
+) -> dict[int, LayerGroups]:
+    """Per layer, the variant's head groups and specs (from a cell at the same grid point)."""
+    from flashprobe.suites.cell_config import resolve_cell_config
+
+    same = [c for c in cells if c.variant == variant and c.point == point]
+    cell = (same or [c for c in cells if c.variant == variant])[0]
+    try:
+        model = resolve_cell_config(cell.config).train.model
+    except FlashprobeError as exc:
+        raise FlashprobeError(f"{cell.path}/config.json: {exc}") from None
+    out: dict[int, LayerGroups] = {}
+    for layer in range(model.n_layer):
+        out[layer] = [
+            (g.heads, g.attention.spec if g.attention.impl == "flashprobe" else None)
+            for g in model.head_groups(layer)
+        ]
+    return out
+
+
+def _replay_key(
+    steps: Sequence[tuple[int, Any]], groups: Mapping[str, Mapping[int, LayerGroups]], backend: str
+) -> str:
+    files = []
+    for step, path in steps:
+        st = path.stat()
+        files.append([step, path.name, st.st_size, st.st_mtime_ns])
+    specs = {
+        v: {
+            str(layer): [[list(h), s.to_dict() if s else None] for h, s in g]
+            for layer, g in by.items()
+        }
+        for v, by in groups.items()
+    }
+    blob = json.dumps(
+        {"format": FORMAT, "files": files, "specs": specs, "backend": backend, "v": __version__},
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _weight_source(docs: Sequence[Mapping[str, Any]]) -> str | None:
+    kinds = sorted({str(d.get("weight_gradient")) for d in docs})
+    return " / ".join(kinds) if kinds else None
+
+
+def _steps(steps: Sequence[tuple[int, Any]]) -> list[int]:
+    return [s for s, _ in steps]

@@ -1,1 +1,0 @@
-"""Experiments: computations behind the CLI commands (no printing)."""

@@ -1,0 +1,133 @@
+"""Load a suite and check all of it before anything runs: `flashprobe ablate`'s first step.
+
+Suite YAML schema (expansion: suites.suite; cell config: suites.cell_config):
+
+    name: smoke                     # store folder STORE/<name>/ (default: the file's stem)
+    description: ...                # free text
+    seeds: [0, 1]                   # every variant × grid point runs once per seed
+    base:                           # the run every variant starts from
+      model:      {n_layer, n_head, n_kv_head, n_embd, block_size, vocab_size, bias, dropout,
+                   attention: {impl: flashprobe|sdpa|math, backend: auto|emulator|triton},
+                   layers: {1: {impl: ..., heads: {7: {...}}}}}      # 0-based layers/heads
+      data:       {source: stdlib|bin, path, vocab_size, val_fraction, max_bytes, record_offsets}
+      optimizer:  {name: adamw|muon, lr, betas, eps, weight_decay, muon_*}
+      schedule:   {kind: cosine|constant, warmup_steps, decay_steps, min_lr}
+      train:      {steps, batch_size, micro_batch_size, precision: bf16|fp32, grad_clip,
+                   device: auto|cpu|cuda, allow_tf32, cpu_threads, checkpoint_every,
+                   checkpoint_final, keep_checkpoints}
+      divergence: {nonfinite, rise_factor, rise_margin, rise_window, spike_sigma, spike_window,
+                   patience, min_step, stop}
+      metrics:    {log_every, eval_every, eval_batches, spectral_every, attention_stats_every}
+      kernel:     {preset: fa2|paper-code|sfa|paper-sfa|fp32, <KernelSpec field>: value, ...}
+      capture:    {layers: [1], steps: [100], max_bytes: 256MiB}
+    variants:                       # name → partial config deep-merged onto base
+      fa2: {}
+      sfa: {kernel: {preset: sfa}}
+    axes:                           # dotted key → list of values; the grid is their product
+      optimizer.lr: [1.0e-3, 2.0e-3]
+    branch: {from: fa2, step: 20}   # other variants start from fa2's checkpoint at step 20
+    replay:                         # optional: replay the variants on the captures afterwards
+      baseline: fa2                 # keys and defaults: attribution.replay (baseline, safe,
+      backend: auto                 # components, variants, sources, backend); false: no replay
+    failure: {event: logit-runaway, logit_limit: 1000}   # optional: what the ranking counts as
+                                    # a failed run (attribution.failure; default: divergence;
+                                    # also layers, and horizon: the step outcomes are read at)
+    throughput:                     # optional: measured speeds, for the estimates of --dry-run
+      - {device: NVIDIA H200, jobs: 9, tokens_per_s: 95000}   # and `flashprobe suites`
+
+Every unknown key or impossible value in any cell is rejected before anything runs or is
+written (`prepare_suite`); a dry run leaves out what only the target machine can check and
+lists it (`machine_problems`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from flashprobe.attribution.failure import FailureRule
+from flashprobe.attribution.replay_settings import ReplaySettings
+from flashprobe.backends import machine_backend
+from flashprobe.errors import FlashprobeError
+from flashprobe.runner.branches import check_branches
+from flashprobe.suites.cell_config import check_runnable, normalise_cell_config, resolve_cell_config
+from flashprobe.suites.estimate import throughputs
+from flashprobe.suites.suite import Suite, load_suite
+
+
+def prepare_suite(
+    path: str | Path, overrides: Iterable[str] = (), *, check_machine: bool = True
+) -> Suite:
+    """Load, expand and validate a suite (every cell, then the branches); nothing is written.
+
+    check_machine=False (a dry run) leaves out what only the target machine can check (a CUDA
+    GPU, the data folder): `machine_problems` then lists it."""
+    validate = normalise_cell_config if check_machine else _normalise_anywhere
+    suite = load_suite(path, overrides, validate=validate)
+    check_branches(suite)
+    replay_settings(suite, check_machine=check_machine)
+    FailureRule.from_suite(suite.raw.get("failure"))
+    throughputs(suite)
+    return suite
+
+
+def _normalise_anywhere(config: Mapping[str, Any]) -> dict[str, Any]:
+    return resolve_cell_config(config).to_dict()
+
+
+def machine_problems(suite: Suite) -> list[str]:
+    """What would stop this suite on this machine (no CUDA GPU, a missing data folder), one
+    line per problem naming its variants; empty when it can run here."""
+    found: dict[str, list[str]] = {}
+    for cell in suite.cells:
+        train = resolve_cell_config(cell.config).train
+        for cuda in (None, True):  # as this machine is, then as if it had a GPU (the data)
+            try:
+                check_runnable(train, cuda=cuda)
+            except FlashprobeError as exc:
+                found.setdefault(str(exc), []).append(cell.variant)
+    try:
+        replay_settings(suite)
+    except FlashprobeError as exc:
+        found.setdefault(f"replay: {exc}", [])
+    lines = []
+    for problem, variants in found.items():
+        names = list(dict.fromkeys(variants))
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        lines.append(f"{problem} ({shown})" if names else problem)
+    return lines
+
+
+def replay_settings(suite: Suite, *, check_machine: bool = True) -> ReplaySettings | None:
+    """The suite's `replay:` section as ReplaySettings (attribution.replay_settings; None: no
+    section, or `replay: false`); names that are no variant and (with check_machine) a triton
+    backend without CUDA are refused."""
+    if "replay" not in suite.raw or suite.raw["replay"] is False:
+        return None
+    settings = ReplaySettings.from_suite(suite.raw["replay"])
+    known = suite.variants()
+    named = [("replay.baseline", settings.baseline), ("replay.safe", settings.safe)]
+    named += [("replay.components", v) for v in settings.components]
+    named += [("replay.variants", v) for v in settings.variants or ()]
+    for where, name in named:
+        if name is not None and name not in known:
+            raise FlashprobeError(f"{where}: no variant {name!r}; known: {', '.join(known)}")
+    if check_machine:
+        machine_backend(settings.backend)
+    return settings
+
+
+def select_variants(suite: Suite, names: Sequence[str]) -> Suite:
+    """Only these variants' cells (plus their branch source, which they start from)."""
+    if not names:
+        return suite
+    known = suite.variants()
+    for name in names:
+        if name not in known:
+            raise FlashprobeError(
+                f"--variant {name!r} is not in the suite; known: {', '.join(known)}"
+            )
+    keep = set(names) | {c.branch_from for c in suite.cells if c.variant in names and c.branch_from}
+    return dataclasses.replace(suite, cells=tuple(c for c in suite.cells if c.variant in keep))

@@ -1,0 +1,288 @@
+"""Replay on a synthetic store whose captures carry a planted, known error."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from flashprobe.attribution.ranking import rank
+from flashprobe.attribution.replay import replay_cells, replay_store, replay_suites
+from flashprobe.attribution.replay_kernel import run_kernel
+from flashprobe.attribution.replay_settings import ReplaySettings
+from flashprobe.errors import FlashprobeError, RunStopped
+from flashprobe.reference.emulator import emulate_forward
+from flashprobe.store import reader as sr
+from flashprobe.store.result_store import ResultStore
+from flashprobe.suites.cell_config import normalise_cell_config
+from flashprobe.suites.suite import expand_suite
+
+PLANTED = 1e-2  # added to δ by every variant whose δ comes from the bf16 O
+
+SUITE = {
+    "name": "planted",
+    "seeds": [0, 1],
+    "base": {
+        "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 64,
+                  "attention": {"impl": "flashprobe", "backend": "emulator"}},
+        "data": {"source": "stdlib", "max_bytes": 100000},
+        "train": {"steps": 4, "batch_size": 2, "device": "cpu"},
+        "kernel": {"preset": "fa2"},
+        "capture": {"layers": [1], "steps": [1, 2, 3]},
+    },
+    "variants": {
+        "baseline": {},
+        "delta-fp32": {"kernel": {"delta_source": "o_fp32"}},
+        "block-m": {"kernel": {"block_m": 32}},
+    },
+}  # fmt: skip
+DIVERGED = {"baseline": [3, 3], "delta-fp32": [None, None], "block-m": [3, 2]}
+
+
+def make_store(
+    root: Path,
+    *,
+    with_x: bool = False,
+    finished: bool = True,
+    suite: dict | None = None,
+    kv_heads: int | None = None,
+    expand: bool = False,
+) -> Path:
+    """A two-seed suite: every cell finished with DIVERGED outcomes, captures at steps 1-3 of
+    layer 1 (fa2 forward on random bf16 tensors, so the baseline replay reproduces O).
+    kv_heads: K, V with that many heads (grouped-query); expand: write them out per query head."""
+    store = ResultStore(root)
+    suite = suite or SUITE
+    heads = suite["base"]["model"]["n_head"]
+    for cell in expand_suite(suite, validate=normalise_cell_config).cells:
+        path = store.open_cell(cell, "test", {"device": "cpu"})
+        folder = path / "run" / "captures"
+        folder.mkdir(parents=True)
+        for step in (1, 2, 3):
+            g = torch.Generator().manual_seed(100 * cell.seed + step)
+            q = torch.randn(2, heads, 64, 16, generator=g).bfloat16()
+            k, v = (torch.randn(2, kv_heads or heads, 64, 16, generator=g).bfloat16()
+                    for _ in range(2))  # fmt: skip
+            do = torch.randn(2, heads, 64, 16, generator=g).bfloat16()
+            if expand:
+                own = [h // (heads // k.shape[1]) for h in range(heads)]
+                k, v = k[:, own], v[:, own]
+            fwd = emulate_forward(q, k, v, "fa2", causal=True)
+            tensors = {"layer1.q": q, "layer1.k": k, "layer1.v": v, "layer1.o": fwd.o,
+                       "layer1.do": do, "layer1.lse": fwd.lse}  # fmt: skip
+            if with_x:
+                tensors["layer1.x"] = torch.randn(2, 64, 32, generator=g)
+            meta = {"step": str(step), "causal": "true", "softmax_scale": repr(0.25)}
+            save_file(tensors, str(folder / f"step_{step:07d}.safetensors"), metadata=meta)
+        (path / "run" / "metrics.jsonl").write_text(
+            "".join(json.dumps({"step": s, "loss": 5.0 - s}) + "\n" for s in range(4))
+        )
+        step = DIVERGED.get(cell.variant, [None, None])[cell.seed]
+        if finished or cell.variant != "block-m" or cell.seed == 0:
+            store.finish(
+                path, {"diverged": step is not None, "diverged_step": step, "steps_done": 4}
+            )
+    return root
+
+
+def planted_kernel(*args: Any, **kwargs: Any) -> Any:
+    run = run_kernel(*args, **kwargs)
+    spec = args[4]
+    if spec.delta_source == "o_lowp":
+        return replace(run, delta=run.delta + PLANTED)
+    return run
+
+
+def test_planted_bias_ranks_first_and_inert_component_last(tmp_path) -> None:
+    root = make_store(tmp_path)
+    cells = sr.read_cells(root, "planted")
+    outcome = replay_cells(cells, ReplaySettings(baseline="baseline"), kernel=planted_kernel)
+    assert [c["status"] for c in outcome.cells] == ["replayed", "replayed"]
+    doc = json.loads((root / "planted" / "replay.json").read_text())
+    summary = doc["summary"]
+    base, fixed = summary["baseline"], summary["delta-fp32"]
+    assert base["matches_capture"] is True  # the emulator reproduces the captured O bit for bit
+    assert base["delta_bias"] == pytest.approx(PLANTED, rel=0.05)
+    assert fixed["delta_bias"] < 1e-2 * PLANTED  # what is left: unbiased rounding noise
+    assert summary["block-m"]["delta_bias"] == base["delta_bias"]
+    assert base["growth_exponent"] == pytest.approx(1.0, abs=0.02)
+    assert fixed["growth_exponent"] < 0.8
+    assert base["delta_coherence"] == pytest.approx(1.0)
+    assert base["delta_t_max"] > 20
+    assert doc["weight_gradient"].startswith("token-summed")  # no layer1.x in these captures
+    # fp32 running ℓ everywhere: the backward's softmax sums to 1 up to fp32 rounding
+    assert all(abs(s["softmax_sum_bias"]) < 1e-6 for s in summary.values()), summary
+
+    table = rank(cells, outcome.roles, summary)
+    ranked = [r["variant"] for r in table if r["rank"] is not None]
+    assert ranked == ["delta-fp32", "block-m"]
+    by = {r["variant"]: r for r in table}
+    assert by["delta-fp32"]["mechanism_share"] == pytest.approx(1.0, abs=1e-2)
+    assert by["block-m"]["mechanism_share"] == 0.0
+    assert by["block-m"]["component"] == "block_m=32"
+
+
+def test_unchanged_replay_is_cached_and_x_gives_weight_gradients(tmp_path) -> None:
+    root = make_store(tmp_path, with_x=True)
+    first = replay_store(root, "planted", settings=ReplaySettings(variants=("baseline",)))
+    assert {c["status"] for c in first.cells} == {"replayed"}
+    again = replay_store(root, "planted", settings=ReplaySettings(variants=("baseline",)))
+    assert {c["status"] for c in again.cells} == {"cached"}
+    cell = next(c for c in sr.read_cells(root) if c.variant == "baseline")
+    doc = sr.read_replay(cell)
+    assert doc is not None and doc["weight_gradient"] == "dW = dQᵀX"
+    rec = doc["records"][0]
+    assert 0 < rec["wq_rel"] < 1 and 0 < rec["dq_rel"] < 1
+    series = doc["series"][0]
+    assert series["steps"] == [1, 2, 3]
+    assert 0 < series["wq_coherence"] <= 1 and not math.isnan(series["wq_direction_similarity"])
+
+
+def test_a_superseded_baseline_run_is_not_replayed(tmp_path) -> None:
+    """A second run of a baseline seed (here a copy, started later) replaces the first."""
+    root = make_store(tmp_path)
+    first = next(c for c in sr.read_cells(root, "planted") if c.variant == "baseline")
+    rerun = first.path.with_name(first.path.name + "-rerun")
+    shutil.copytree(first.path, rerun)
+    os.utime(rerun / "environment.json", (first.started + 10, first.started + 10))
+    settings = ReplaySettings(baseline="baseline", variants=("baseline",))
+    outcome = replay_cells(sr.read_cells(root, "planted"), settings, kernel=planted_kernel)
+    replayed = [c["cell"] for c in outcome.cells]
+    assert rerun.name in replayed and first.path.name not in replayed and len(replayed) == 2
+    assert "1 superseded run(s) not replayed" in " ".join(outcome.notes)
+
+
+def test_replay_suites_reads_each_suites_stored_settings(tmp_path) -> None:
+    root = make_store(tmp_path)
+    said: list[str] = []
+    (name, outcome), *more = replay_suites(root, progress=said.append, baseline="baseline")
+    assert name == "planted" and not more
+    assert [c["status"] for c in outcome.cells] == ["replayed", "replayed"]
+    assert said[0].startswith("replaying 3 variants on baseline--")
+    # without flags: the roles the last replay resolved (replay.json), and nothing to redo
+    ((_, again),) = replay_suites(root, "planted")
+    assert again.roles.baseline == "baseline"
+    assert [c["status"] for c in again.cells] == ["cached", "cached"]
+    with pytest.raises(FlashprobeError, match=r"^suite planted: replay: no variant 'ghost'"):
+        list(replay_suites(root, variants=("ghost",)))
+
+
+def test_captures_that_do_not_fit_their_config_stop_the_replay(tmp_path) -> None:
+    root = make_store(tmp_path)
+    cell = sorted((root / "planted").glob("baseline--*"))[0]
+    config = json.loads((cell / "config.json").read_text())
+    config["model"]["n_head"] = 8  # the captures hold 2 heads
+    (cell / "config.json").write_text(json.dumps(config))
+    with pytest.raises(RunStopped, match=r"^replay of suite planted failed: RuntimeError: ") as err:
+        list(replay_suites(root, baseline="baseline"))
+    assert err.value.exit_code == 1
+
+
+def test_x_gives_the_real_dw_per_head_group_and_the_report_drops_the_no_x_note(tmp_path) -> None:
+    """A variant whose layer-1 heads run as two groups (head 1: block_m 32) gets a planted dQ
+    error E on head 1 only: its dW_Q error is Eᵀ X for that head (head 1's B × T × D slice
+    against the captured X), head 0 stays at rounding level, and head 1 matches the variant
+    that runs both heads as one group."""
+    from flashprobe.reference.golden import golden_backward
+    from flashprobe.reporting.report import build_suite_report
+
+    suite = json.loads(json.dumps(SUITE))
+    suite["variants"] = {
+        "baseline": {},
+        "block-m": {"kernel": {"block_m": 32}},
+        "split": {"model": {"layers": {1: {"heads": {1: {"spec": {"block_m": 32}}}}}}},
+    }
+    planted = torch.randn(2, 64, 16, generator=torch.Generator().manual_seed(7)).double()
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        run = run_kernel(*args, **kwargs)
+        if args[4].block_m == 32:  # every head of the group gets dq += E
+            return replace(run, dq=run.dq + planted.unsqueeze(1).to(run.dq.dtype))
+        return run
+
+    root = make_store(tmp_path, with_x=True, suite=suite)
+    cells = sr.read_cells(root, "planted")
+    replay_cells(cells, ReplaySettings(baseline="baseline"), kernel=kernel)
+    source = next(c for c in cells if c.variant == "baseline" and c.seed == 0)
+    doc = sr.read_replay(source)
+    assert doc is not None and doc["weight_gradient"] == "dW = dQᵀX"
+    assert not any("layer input X" in n for n in doc["notes"])
+    capture = sr.load_capture(1, sr.capture_files(source)[0][1])
+    t = {n: capture.layer(1, n) for n in ("q", "k", "v", "do", "x")}
+    gold = golden_backward(t["q"], t["k"], t["v"], t["do"], causal=True, scale=0.25)
+    x = t["x"].double()
+    rec = {(r["variant"], r["head"]): r for r in doc["records"] if r["step"] == 1}
+    expected = float(
+        torch.linalg.vector_norm(torch.einsum("btd,btc->dc", planted, x))
+        / torch.linalg.vector_norm(torch.einsum("btd,btc->dc", gold.dq[:, 1], x))
+    )
+    assert rec["split", 1]["wq_rel"] == pytest.approx(expected, rel=0.02)
+    assert rec["split", 1]["wq_rel"] == rec["block-m", 1]["wq_rel"]
+    assert rec["split", 0]["wq_rel"] == rec["baseline", 0]["wq_rel"] < 0.05
+    assert rec["split", 1]["wk_rel"] == rec["block-m", 1]["wk_rel"] < 0.05  # dK untouched
+
+    report = build_suite_report("planted", sr.read_cells(root, "planted"))
+    assert report.weight_gradient == "dW = dQᵀX"
+    assert not any("layer input X" in n for n in report.notes)
+    assert "layer input X" not in " ".join(report.missing)
+
+
+def test_without_x_the_report_notes_the_token_summed_proxy(tmp_path) -> None:
+    from flashprobe.reporting.report import build_suite_report
+
+    root = make_store(tmp_path)
+    replay_store(root, "planted", settings=ReplaySettings(variants=("baseline",)))
+    report = build_suite_report("planted", sr.read_cells(root, "planted"))
+    assert report.weight_gradient == "token-summed dQ (no X captured)"
+    assert any("no layer input X" in n for n in report.notes)
+
+
+def test_a_planted_common_key_gradient_shows_as_key_shift_leak(tmp_path) -> None:
+    """dK += c for every key (a gradient softmax cannot have) is reported as the variant's
+    key-shift leak, pointing against mean(q) when c does; the baseline stays at rounding level."""
+    from flashprobe.reporting.report import build_suite_report, render_reports
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        run = run_kernel(*args, **kwargs)
+        if args[4].block_m == 32:
+            q = args[0].double()
+            offset = -q.mean(dim=-2, keepdim=True) * run.dk.double().abs().mean() / q.abs().mean()
+            return replace(run, dk=(run.dk.double() + offset).to(run.dk.dtype))
+        return run
+
+    root = make_store(tmp_path)
+    cells = sr.read_cells(root, "planted")
+    replay_cells(cells, ReplaySettings(baseline="baseline"), kernel=kernel)
+    summary = json.loads((root / "planted" / "replay.json").read_text())["summary"]
+    assert summary["baseline"]["key_shift_leak"] < 0.02
+    assert summary["block-m"]["key_shift_leak"] > 0.3
+    assert summary["block-m"]["key_shift_drift"] > 0.9
+    text = render_reports([build_suite_report("planted", cells)], "table", table="metrics")
+    assert "K-shift leak" in text
+
+
+def test_grouped_query_captures_replay_as_each_query_heads_copy_of_its_kv_head(tmp_path) -> None:
+    """K, V captured with 2 heads for 4 query heads replay exactly as the same tensors written out
+    per query head (query head h reads key/value head h // 2)."""
+    suite = json.loads(json.dumps(SUITE))
+    suite["base"]["model"].update(n_head=4, n_kv_head=2, n_embd=64)
+    records = []
+    for expand in (False, True):
+        root = make_store(tmp_path / str(expand), suite=suite, kv_heads=2, expand=expand)
+        replay_store(root, "planted", settings=ReplaySettings(variants=("baseline", "delta-fp32")))
+        cell = next(c for c in sr.read_cells(root) if c.variant == "baseline" and c.seed == 0)
+        doc = sr.read_replay(cell)
+        assert doc is not None
+        records.append(doc["records"])
+    grouped, expanded = records
+    assert len(grouped) == 2 * 3 * 4  # variants × steps × query heads
+    assert all(r["matches_capture"] for r in grouped if r["variant"] == "baseline")
+    assert grouped == expanded

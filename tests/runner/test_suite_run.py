@@ -1,0 +1,119 @@
+"""run_suite and plan_run: the ablate command as a Python call (plan, train, replay, result)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from flashprobe.errors import FlashprobeError, RunStopped
+from flashprobe.runner.suite_run import SuiteRequest, plan_run, run_suite
+from flashprobe.runner.training import SuiteEvents
+
+
+class Events(SuiteEvents):
+    """What a display sees: finished cells, the end of training, replay lines; raises `fault`
+    at step `at` of the first cell."""
+
+    def __init__(self, at: int | None = None) -> None:
+        self.seen: list[str] = []
+        self.at = at
+
+    def step(self, record) -> None:
+        if record["step"] == self.at:
+            raise KeyboardInterrupt
+
+    def cell_finished(self, outcome) -> None:
+        self.seen.append(f"cell {outcome.planned.cell.name} {outcome.status}")
+
+    def suite_finished(self) -> None:
+        self.seen.append("training over")
+
+    def replay_progress(self, message: str) -> None:
+        self.seen.append(f"replay: {message.strip()}")
+
+
+def write(tmp_path: Path, raw) -> str:
+    path = tmp_path / "suite.yaml"
+    path.write_text(json.dumps(raw))
+    return str(path)
+
+
+def test_run_suite_trains_replays_and_reports(tmp_path, make_suite) -> None:
+    raw = make_suite(
+        base={"capture": {"layers": [1], "steps": [5], "max_bytes": 100_000}},
+        replay={"baseline": "fa2", "backend": "emulator"},
+    )
+    request = SuiteRequest(write(tmp_path, raw), store=tmp_path / "store")
+    events = Events()
+    run = run_suite(request, events=events)
+    assert run is not None and run.ok and run.suite == "tiny"
+    assert [o.status for o in run.outcomes] == ["done", "done"]
+    assert events.seen[:3] == ["cell fa2/seed0 done", "cell sfa/seed0 done", "training over"]
+    assert any(line.startswith("replay: replaying 2 variants on fa2--") for line in events.seen)
+    assert run.replay is not None and run.replay.status == "replayed"
+    assert (tmp_path / "store" / "tiny" / "suite.json").is_file()
+    document = run.to_dict()
+    assert document["store"] == str(tmp_path / "store" / "tiny")
+    assert [c["variant"] for c in document["cells"]] == ["fa2", "sfa"]
+    assert document["cells"][0]["summary"]["steps_done"] == 8
+    assert document["replay"]["status"] == "replayed"
+    again = run_suite(request)  # finished cells are read back, the replay is cached
+    assert [o.status for o in again.outcomes] == ["cached", "cached"]
+    assert again.replay.status == "cached"
+    assert [r["final_loss"] for r in again.rows()] == [r["final_loss"] for r in run.rows()]
+
+
+def test_plan_run_writes_nothing_and_lists_what_it_cannot_check(tmp_path, make_suite) -> None:
+    raw = make_suite(replay={"backend": "triton"})  # needs CUDA: refused by a real run here
+    request = SuiteRequest(write(tmp_path, raw), store=tmp_path / "store")
+    planned = plan_run(request, dry_run=True)
+    assert [p.action for p in planned.cells] == ["run", "run"]
+    assert planned.problems == ("replay: backend triton needs a CUDA GPU; use --backend emulator",)
+    assert [r["tokens"] for r in planned.rows()] == [8 * 4 * 32] * 2
+    assert not (tmp_path / "store").exists()
+    with pytest.raises(FlashprobeError, match="backend triton needs a CUDA GPU"):
+        run_suite(request)
+    assert not (tmp_path / "store").exists()
+
+
+def test_a_shard_plans_its_cells_and_does_not_replay(tmp_path, make_suite) -> None:
+    raw = make_suite(replay={"backend": "emulator"})
+    said: list[str] = []
+    request = SuiteRequest(write(tmp_path, raw), store=tmp_path / "store", shard="1/2")
+    planned = plan_run(request, say=said.append)
+    assert [p.cell.name for p in planned.cells] == ["sfa/seed0"] and planned.replay is None
+    assert said == [
+        f"replay: not in a shard; run `flashprobe replay {tmp_path / 'store'} --suite tiny` "
+        "once every shard is done"
+    ]
+    with pytest.raises(FlashprobeError, match="give --shard or --jobs, not both"):
+        plan_run(SuiteRequest(request.config, shard="0/2", jobs=2))
+
+
+def test_ctrl_c_stops_the_run_with_exit_code_130(tmp_path, make_suite) -> None:
+    request = SuiteRequest(write(tmp_path, make_suite()), store=tmp_path / "store")
+    events = Events(at=6)
+    with pytest.raises(RunStopped, match="rerun with --resume") as stopped:
+        run_suite(request, events=events)
+    assert stopped.value.exit_code == 130
+    assert events.seen == ["training over"]  # the display is closed before the message
+    with pytest.raises(FlashprobeError, match="fa2/seed0 was interrupted"):
+        run_suite(request)
+    resumed = run_suite(SuiteRequest(request.config, store=request.store, resume=True))
+    assert [o.status for o in resumed.outcomes] == ["done", "done"]
+    assert resumed.outcomes[0].summary["resumed_from_step"] == 4  # the step-4 checkpoint
+
+
+def test_a_failed_cell_makes_the_run_not_ok(tmp_path, make_suite) -> None:
+    raw = make_suite(base={"train": {"steps": 4, "checkpoint_every": 2}})
+    request = SuiteRequest(write(tmp_path, raw), store=tmp_path / "store")
+
+    class Failing(SuiteEvents):
+        def step(self, record) -> None:
+            raise RuntimeError("boom")
+
+    run = run_suite(request, events=Failing())
+    assert [o.status for o in run.outcomes] == ["failed", "failed"] and not run.ok
+    assert run.outcomes[0].message == "RuntimeError: boom"

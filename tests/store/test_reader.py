@@ -1,0 +1,157 @@
+"""Reading a result store: helpers over metrics records."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from flashprobe.store import reader as sr
+from flashprobe.store.result_store import ResultStore
+from flashprobe.suites.suite import expand_suite
+
+
+def test_attention_maxima_take_the_largest_over_layers_and_heads() -> None:
+    record = {
+        "attention": {
+            "0": {"max_logit": [3.0, None], "key_shift_leak": [0.01, 0.02]},
+            "1": {"max_logit": [7.5, 1.0], "tie_events": [None, None]},
+        }
+    }
+    assert sr.attention_maxima(record) == {"max_logit": 7.5, "key_shift_leak": 0.02}
+    assert sr.attention_maxima(record, ["tie_events"]) == {}  # measured by no head
+    assert sr.attention_maxima({"step": 3}) == {}
+
+
+RAW = {
+    "name": "demo",
+    "seeds": [0],
+    "base": {"train": {"steps": 6}},
+    "variants": {"fa2": {}},
+}
+
+
+def cell_with(root: Path, lines: list[str], summary: dict | None, config: dict | None = None):
+    """A store with one cell whose metrics.jsonl holds `lines` (and summary.json `summary`)."""
+    store = ResultStore(root)
+    cell = expand_suite(RAW).cells[0]
+    if config is not None:
+        cell = dataclasses.replace(cell, config=config)
+    path = store.open_cell(cell, "v1", {})
+    (path / "run").mkdir()
+    (path / "run" / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
+    if summary is not None:
+        meta = json.loads((path / "cell.json").read_text())
+        store.finish(path, {"status": "done", "variant": "fa2", "key": meta["key"], **summary})
+    (view,) = sr.read_cells(root)
+    return view
+
+
+def steps(*numbers: int) -> list[str]:
+    return [json.dumps({"step": s, "loss": 5.0}) for s in numbers]
+
+
+def test_a_consistent_cell_has_no_problems(tmp_path) -> None:
+    view = cell_with(tmp_path, steps(0, 1, 2, 3, 4, 5), {"steps_done": 6, "final_loss": 1.0})
+    assert view.problems == () and sr.metrics_problems(view) == []
+    assert sr.store_notes([view]) == []
+
+
+@pytest.mark.parametrize(
+    ("lines", "summary", "needle"),
+    [
+        (steps(0, 1, 2, 2, 3, 4, 5), {"steps_done": 6}, "1 step logged twice (2)"),
+        (steps(0, 1, 3, 4, 5), {"steps_done": 6}, "1 step missing (2)"),
+        (steps(0, 1, 2), {"steps_done": 6}, "3 steps missing (3, 4, 5)"),
+        ([], {"steps_done": 6}, "empty, but summary.json says 6 steps were done"),
+        ([*steps(0, 1), "{torn", *steps(2, 3, 4, 5)], {"steps_done": 6}, "1 corrupt line (3)"),
+        ([*steps(0, 1), '{"loss": 1}', *steps(2, 3, 4, 5)], {"steps_done": 6}, "corrupt line"),
+        (steps(0, 2, 1, 3, 4, 5), {"steps_done": 6}, "steps out of order"),
+        (steps(0, 1, 2, 3, 4, 5, 6, 7), {"steps_done": 6}, "steps past summary.json's"),
+        (steps(0, 1), None, None),  # unfinished, as far as it went: fine
+        ([*steps(0, 1), '{"step": 2, "lo'], None, None),  # a kill's torn last line: fine
+    ],
+)
+def test_metrics_problems(tmp_path, lines, summary, needle) -> None:
+    problems = sr.metrics_problems(cell_with(tmp_path, lines, summary))
+    if needle is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and needle in problems[0], problems
+
+
+def test_log_every_and_branch_step_set_the_expected_steps(tmp_path) -> None:
+    config = {"train": {"steps": 6}, "metrics": {"log_every": 2}}
+    view = cell_with(tmp_path / "a", steps(1, 3, 5), {"steps_done": 6}, config)
+    assert sr.metrics_problems(view) == []
+    view = cell_with(tmp_path / "b", steps(1, 5), {"steps_done": 6}, config)
+    assert "1 step missing (3)" in sr.metrics_problems(view)[0]
+
+
+@pytest.mark.parametrize(
+    ("summary", "needle"),
+    [
+        ({"final_loss": "NaN"}, "final_loss is str 'NaN' (read as missing)"),
+        ({"steps_done": "6"}, "steps_done is str '6'"),
+        ({"diverged": "yes", "diverged_step": 2}, "diverged is str"),
+        ({"variant": "sfa"}, "summary.json variant 'sfa' contradicts cell.json 'fa2'"),
+        ({"key": "0000"}, "summary.json key '0000' contradicts"),
+        ({"diverged": True, "diverged_step": None}, "says diverged but gives no diverged_step"),
+        ({"diverged": True, "diverged_step": 9}, "diverged_step 9 is outside its 6 steps"),
+    ],
+)
+def test_summary_problems_are_found_and_bad_values_read_as_missing(
+    tmp_path, summary, needle
+) -> None:
+    view = cell_with(tmp_path, steps(0, 1, 2, 3, 4, 5), {"steps_done": 6, **summary})
+    assert any(needle in p for p in view.problems), view.problems
+    for key, value in summary.items():
+        stored = view.summary[key]
+        assert stored is None or stored == value or key in ("variant", "key")
+    (note,) = sr.store_notes([view])
+    assert note.startswith(f"store check: {view.name}: ") and needle in note
+
+
+def test_a_nan_summary_is_strict_json_and_reads_back_as_nan(tmp_path) -> None:
+    view = cell_with(tmp_path, steps(0, 1, 2, 3, 4, 5), {"steps_done": 6, "final_loss": math.nan})
+    text = (view.path / "summary.json").read_text()
+    raw = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict {c}"))
+    assert raw["final_loss"] is None and raw["_nonfinite"] == {"/final_loss": "NaN"}
+    assert math.isnan(view.summary["final_loss"]) and view.problems == ()
+
+
+def test_old_non_strict_files_still_read(tmp_path) -> None:
+    view = cell_with(tmp_path, steps(0, 1, 2, 3, 4, 5), {"steps_done": 6})
+    path = view.path / "summary.json"
+    path.write_text(path.read_text().replace('"steps_done": 6', '"steps_done": 6, "min_loss": NaN'))
+    (again,) = sr.read_cells(tmp_path)
+    assert math.isnan(again.summary["min_loss"])
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"step": 2, "attention": 5},
+        {"step": 2, "attention": {"x": {"max_logit": [1.0]}}},
+        {"step": 2, "attention": {"1": {"max_logit": "high"}}},
+        {"step": 2, "loss": "low"},
+        {"step": 2, "spectral": [1]},
+        {"step": True},
+    ],
+)
+def test_a_record_of_the_wrong_shape_is_a_corrupt_line_not_a_crash(tmp_path, bad) -> None:
+    lines = [*steps(0, 1), json.dumps(bad), *steps(3, 4, 5)]
+    view = cell_with(tmp_path, lines, {"steps_done": 6})
+    assert [r["step"] for r in sr.read_metrics(view)] == [0, 1, 3, 4, 5]
+    assert "1 corrupt line (3)" in sr.metrics_problems(view)[0]
+    for record in sr.read_metrics(view):
+        sr.attention_maxima(record)
+
+
+def test_a_summary_claiming_a_huge_run_is_counted_not_listed(tmp_path) -> None:
+    view = cell_with(tmp_path, steps(0, 1, 2), {"steps_done": 10**30})
+    (problem,) = sr.metrics_problems(view)
+    assert problem == f"run/metrics.jsonl: {10**30 - 3} steps missing (first: 3, 4, 5 ...)"
