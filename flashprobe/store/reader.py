@@ -35,7 +35,7 @@ from flashprobe.store.result_store import (
     read_json,
     write_json,
 )
-from flashprobe.suites.suite import hashable_value
+from flashprobe.suites.suite import meta_point, point_label
 
 REPLAY_FILE = "replay.json"
 CAPTURE_SUBDIR = "captures"
@@ -60,11 +60,11 @@ class CellView(CellRecord):
 
     @property
     def point(self) -> tuple[tuple[str, Any], ...]:
-        return tuple((str(k), hashable_value(v)) for k, v in self.meta.get("point") or [])
+        return meta_point(self.meta)
 
     @property
     def point_label(self) -> str:
-        return ",".join(f"{k}={v}" for k, v in self.point)
+        return point_label(self.point)
 
     @property
     def name(self) -> str:

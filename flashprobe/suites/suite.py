@@ -219,6 +219,16 @@ def hashable_value(value: Any) -> Any:
     return value
 
 
+def meta_point(meta: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """A cell's grid point as its meta (cell.json, a digest) records it, hashable."""
+    return tuple((str(k), hashable_value(v)) for k, v in meta.get("point") or [])
+
+
+def point_label(point: Iterable[tuple[str, Any]]) -> str:
+    """`key=value,key=value`: a grid point as tables and figures name it."""
+    return ",".join(f"{k}={v}" for k, v in point)
+
+
 def apply_overrides(
     raw: Mapping[str, Any], overrides: Iterable[str]
 ) -> tuple[dict[str, Any], dict[str, Any]]:

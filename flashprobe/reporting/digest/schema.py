@@ -48,7 +48,7 @@ from typing import Any
 
 from flashprobe.errors import FlashprobeError
 from flashprobe.suites.cell_config import horizon
-from flashprobe.suites.suite import hashable_value
+from flashprobe.suites.suite import meta_point, point_label
 
 FORMAT = "flashprobe-digest"
 VERSION = 2
@@ -141,11 +141,11 @@ class DigestCell:
 
     @property
     def point(self) -> tuple[tuple[str, Any], ...]:
-        return tuple((str(k), hashable_value(v)) for k, v in self.meta.get("point") or [])
+        return meta_point(self.meta)
 
     @property
     def point_label(self) -> str:
-        return ",".join(f"{k}={v}" for k, v in self.point)
+        return point_label(self.point)
 
     @property
     def key(self) -> str | None:
