@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Wait up to WAIT seconds for the background queue (queue.sh), then write into OUT: a digest of
-# every store named in STORES (default /tmp/adamw), the queue log and the shard logs' tails, and
-# a GPU snapshot. REPLAY=1 also replays each store's suites and writes their reports.
+# every store named in STORES (default /tmp/adamw), the queue log and the shard logs' tails, the
+# queue's own outputs (GPU tests, profile, replay, report; a queue line replays, not this) and a
+# GPU snapshot.
 set -u
 OUT=${OUT:?set OUT}
 WAIT=${WAIT:-540}
@@ -11,20 +12,15 @@ mkdir -p "$OUT"
 end=$((SECONDS + WAIT))
 while [ $SECONDS -lt $end ] && [ ! -e "$STATE/done" ]; do sleep 5; done
 nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv >"$OUT/gpu.txt" 2>&1
-{ cat "$STATE/queue.log"; for f in /tmp/adamw*/*/logs/shard-*.log; do echo "== $f"; tail -n 4 "$f"; done; } \
-  >"$OUT/queue.log" 2>&1
+{
+  cat "$STATE/queue.log"
+  for store in $STORES; do
+    for f in "$store"/*/logs/shard-*.log; do [ -e "$f" ] && echo "== $f" && tail -n 4 "$f"; done
+  done
+} >"$OUT/queue.log" 2>&1
 for store in $STORES; do
   [ -d "$store" ] || continue
   name=$(basename "$store")
-  if [ "${REPLAY:-0}" = 1 ]; then
-    for suite in "$store"/*/; do
-      s=$(basename "$suite")
-      timeout "${REPLAY_LIMIT:-120}" python3 -m flashprobe replay "$store" --suite "$s" \
-        >>"$OUT/replay.log" 2>&1
-      python3 -m flashprobe report "$store" --suite "$s" --format markdown \
-        >"$OUT/$name-$s-report.md" 2>&1
-    done
-  fi
   python3 -m flashprobe digest "$store" "$OUT/$name.json" --every 10 >/dev/null
 done
 for f in gpu-tests.log profile.log replay.log quick-report.md; do  # the queue's own outputs

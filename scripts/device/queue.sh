@@ -8,14 +8,14 @@
 #
 # QUEUE_FILE holds one command per line (blank lines and # comments skipped), run in order;
 # `&` at the end of a line runs it beside the next ones; `wait` waits for those.
-# Everything runs with FLASHPROBE_CACHE=/tmp/fpcache (the corpus is built once per machine).
+# Everything runs with FLASHPROBE_CACHE=/tmp/fpcache (the corpus is built once per machine);
+# set FLASHPROBE_GIT_SHA to the commit when the copied tree carries no usable .git.
 set -u
 QUEUE=${1:?usage: queue.sh QUEUE_FILE}
 STATE=/tmp/device-queue
 mkdir -p "$STATE"
 cp "$QUEUE" "$STATE/queue.txt"
 export FLASHPROBE_CACHE=${FLASHPROBE_CACHE:-/tmp/fpcache} PYTHONUNBUFFERED=1
-export FLASHPROBE_GIT_SHA=${FLASHPROBE_GIT_SHA:-unknown}
 setsid bash -c '
   cd "$0"
   while IFS= read -r line; do
