@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Wait up to WAIT seconds for the background queue (queue.sh), then write into OUT: a digest of
 # every store named in STORES (default /tmp/adamw), the queue log and the shard logs' tails, the
-# queue's own outputs (GPU tests, profile, replay, report; a queue line replays, not this) and a
-# GPU snapshot.
+# queue's own outputs (GPU tests, profile, replay, report; a queue line replays, not this), the
+# stores' replay.json files in one tar, and a GPU snapshot.
 set -u
 OUT=${OUT:?set OUT}
 WAIT=${WAIT:-540}
@@ -23,6 +23,8 @@ for store in $STORES; do
   name=$(basename "$store")
   python3 -m flashprobe digest "$store" "$OUT/$name.json" --every 10 >/dev/null
 done
+replays=$(for store in $STORES; do [ -d "$store" ] && find "$store" -name replay.json; done)
+[ -n "$replays" ] && tar czf "$OUT/replays.tgz" $replays 2>/dev/null  # the δ replays: one file
 for f in gpu-tests.log profile.log replay.log quick-report.md; do  # the queue's own outputs
   [ -e "$STATE/$f" ] && cp "$STATE/$f" "$OUT/"
 done
