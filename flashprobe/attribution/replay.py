@@ -13,6 +13,11 @@ variants and the per-variant summary the report ranks with). Both are written at
 
 Which variants, on whose captures and on which backend: the suite's `replay:` section and the
 flags of `flashprobe replay` (attribution.replay_settings).
+
+On the CPU a replay runs on one thread (reference.threads): the emulator's fp32 sums, the golden
+and the metrics' reductions split their sums by thread, so the same store replayed in processes
+with different thread counts would otherwise differ in the last bits (and a flipped bf16
+rounding of the emulator's output moves dK errors by ~1e-4 relative).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from flashprobe.backends import machine_backend
 from flashprobe.errors import FlashprobeError, RunStopped
 from flashprobe.reference.golden import golden_backward, golden_forward
 from flashprobe.reference.heads import expand_kv, group_size
+from flashprobe.reference.threads import measurement_threads
 from flashprobe.spec import KernelSpec
 from flashprobe.store import reader as sr
 
@@ -175,6 +181,7 @@ def replay_cells(
     return ReplayOutcome(suite, roles, results, str(suite_file), notes)
 
 
+@measurement_threads()
 def replay_source(
     source: sr.CellView,
     steps: list[tuple[int, Any]],

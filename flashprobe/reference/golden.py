@@ -2,7 +2,9 @@
 
 The low inputs are upcast to fp64; softmax, products and δ = rowsum(dO∘O) are computed in fp64
 with no rounding to judge. Causal masking is top-left aligned (query i sees keys j <= i). k, v
-may have fewer heads than q (grouped-query attention, `flashprobe.reference.heads`).
+may have fewer heads than q (grouped-query attention, `flashprobe.reference.heads`). On the CPU
+both run on one thread (`flashprobe.reference.threads`): the same inputs give the same bits
+whatever thread count the process has.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from flashprobe.reference.heads import expand_kv, group_size, sum_groups
+from flashprobe.reference.threads import measurement_threads
 
 __all__ = ["GoldenBackward", "GoldenForward", "golden_backward", "golden_forward"]
 
@@ -46,6 +49,7 @@ def _scores(q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float | None)
     return s
 
 
+@measurement_threads()
 def golden_forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -62,6 +66,7 @@ def golden_forward(
     return GoldenForward(o=p @ v, lse=lse, p=p)
 
 
+@measurement_threads()
 def golden_backward(
     q: torch.Tensor,
     k: torch.Tensor,
