@@ -55,10 +55,12 @@ def make_store(
     suite: dict | None = None,
     kv_heads: int | None = None,
     expand: bool = False,
+    shape: tuple[int, int, int] = (2, 64, 16),
 ) -> Path:
     """A two-seed suite: every cell finished with DIVERGED outcomes, captures at steps 1-3 of
     layer 1 (fa2 forward on random bf16 tensors, so the baseline replay reproduces O).
-    kv_heads: K, V with that many heads (grouped-query); expand: write them out per query head."""
+    kv_heads: K, V with that many heads (grouped-query); expand: write them out per query head;
+    shape: the captures' (batch, tokens, head_dim)."""
     store = ResultStore(root)
     suite = suite or SUITE
     heads = suite["base"]["model"]["n_head"]
@@ -68,10 +70,11 @@ def make_store(
         folder.mkdir(parents=True)
         for step in (1, 2, 3):
             g = torch.Generator().manual_seed(100 * cell.seed + step)
-            q = torch.randn(2, heads, 64, 16, generator=g).bfloat16()
-            k, v = (torch.randn(2, kv_heads or heads, 64, 16, generator=g).bfloat16()
+            batch, tokens, head_dim = shape
+            q = torch.randn(batch, heads, tokens, head_dim, generator=g).bfloat16()
+            k, v = (torch.randn(batch, kv_heads or heads, tokens, head_dim, generator=g).bfloat16()
                     for _ in range(2))  # fmt: skip
-            do = torch.randn(2, heads, 64, 16, generator=g).bfloat16()
+            do = torch.randn(batch, heads, tokens, head_dim, generator=g).bfloat16()
             if expand:
                 own = [h // (heads // k.shape[1]) for h in range(heads)]
                 k, v = k[:, own], v[:, own]
@@ -79,7 +82,7 @@ def make_store(
             tensors = {"layer1.q": q, "layer1.k": k, "layer1.v": v, "layer1.o": fwd.o,
                        "layer1.do": do, "layer1.lse": fwd.lse}  # fmt: skip
             if with_x:
-                tensors["layer1.x"] = torch.randn(2, 64, 32, generator=g)
+                tensors["layer1.x"] = torch.randn(batch, tokens, 32, generator=g)
             meta = {"step": str(step), "causal": "true", "softmax_scale": repr(0.25)}
             save_file(tensors, str(folder / f"step_{step:07d}.safetensors"), metadata=meta)
         (path / "run" / "metrics.jsonl").write_text(
@@ -286,3 +289,29 @@ def test_grouped_query_captures_replay_as_each_query_heads_copy_of_its_kv_head(t
     assert len(grouped) == 2 * 3 * 4  # variants × steps × query heads
     assert all(r["matches_capture"] for r in grouped if r["variant"] == "baseline")
     assert grouped == expanded
+
+
+def test_the_same_store_replays_to_the_same_bits_at_any_thread_count(tmp_path) -> None:
+    """One head over 1,024 tokens: the matmuls of the golden, the emulator and dW = dQᵀX split
+    their sums between threads when there are fewer matrices than threads. The replay pins its
+    thread count, so processes with 1 or 3 threads write byte-identical replay.json files
+    (without the pin: o_mean ~1e-13, dk_rel ~1e-4, key_shift_drift ~1e-2 relative apart)."""
+    suite = json.loads(json.dumps(SUITE))
+    suite["seeds"] = [0]
+    suite["base"]["model"].update(n_head=1, n_embd=32)
+    root = make_store(tmp_path, with_x=True, suite=suite, shape=(1, 1024, 32))
+    settings = ReplaySettings(baseline="baseline", variants=("baseline", "delta-fp32"))
+    before = torch.get_num_threads()
+    written = []
+    try:
+        for threads in (1, 3):
+            torch.set_num_threads(threads)
+            replay_store(root, "planted", settings=settings, force=True)
+            assert torch.get_num_threads() == threads
+            files = sorted(root.glob("planted/**/replay.json"))
+            written.append({f.relative_to(root): f.read_bytes() for f in files})
+    finally:
+        torch.set_num_threads(before)
+    assert len(written[0]) == 2  # the cell's and the suite's
+    same = {str(name): written[0][name] == written[1].get(name) for name in written[0]}
+    assert all(same.values()), same

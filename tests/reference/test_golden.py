@@ -58,3 +58,31 @@ def test_golden_default_scale_and_causal_alignment(make_qkv) -> None:
     assert torch.equal(gold.o, explicit.o)
     assert gold.p is not None
     torch.testing.assert_close(gold.p.sum(-1), torch.ones(1, 1, 5, dtype=torch.float64))
+
+
+def _misaligned(t: torch.Tensor, offset: int) -> torch.Tensor:
+    """A copy of t that starts `offset` elements into a fresh buffer (an odd address for MKL)."""
+    buffer = torch.empty(t.numel() + offset, dtype=t.dtype)
+    return buffer[offset:].view(t.shape).copy_(t)
+
+
+def test_golden_bits_do_not_depend_on_thread_count_or_alignment(make_qkv) -> None:
+    """One head over 1,024 keys: MKL splits P·V's sum over the keys between threads when a
+    batch has fewer matrices than threads, so without the golden's pinned thread count the
+    bits follow torch.set_num_threads (seen here: 2 threads differ from 1, 3 and 4)."""
+    q, k, v, do = make_qkv(1, 1, 1024, 1024, 32, torch.bfloat16, seed=7)
+    before = torch.get_num_threads()
+    runs = []
+    try:
+        for threads, offset in [(1, 0), (2, 0), (3, 0), (4, 0), (2, 1), (3, 3), (1, 5)]:
+            torch.set_num_threads(threads)
+            # fp64 inputs reach the matmuls as they are (no upcast copy): odd addresses
+            inputs = [_misaligned(t.to(torch.float64), offset) for t in (q, k, v, do)]
+            fwd = golden_forward(*inputs[:3], causal=True)
+            bwd = golden_backward(*inputs, causal=True)
+            assert torch.get_num_threads() == threads  # the caller's setting is restored
+            runs.append([fwd.o, fwd.lse, bwd.dq, bwd.dk, bwd.dv, bwd.delta])
+    finally:
+        torch.set_num_threads(before)
+    for run in runs[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(run, runs[0], strict=True))
