@@ -1,14 +1,14 @@
 """One CPU thread for the numbers flashprobe measures, whatever thread count the process has.
 
-PyTorch's CPU matmuls (MKL) split a long inner sum between threads when a batch holds fewer
-matrices than threads (P·V over 1,024 keys of one head: each thread sums a slice of the keys),
-and full reductions (`t.sum()`, `t.mean()` over more than 32,768 elements) add per-thread
-partial sums. The thread count thus changes the last bits of the fp64 golden, of the emulator's
-fp32 sums (and through them which bf16 values round which way), and of every metric derived
-from them. The count follows the process (`OMP_NUM_THREADS`, `--jobs`, `torch.set_num_threads`
-elsewhere), not the inputs, so measurements pin it. One thread is the only count every machine
-has, and MKL's one-thread path does not depend on the memory alignment of its inputs (checked
-on AVX-512 MKL for offsets of 1-7 elements), so no `MKL_CBWR` setting is needed.
+PyTorch's CPU matmuls (MKL) change their summation order with the thread count when a batch
+holds fewer matrices than threads (P·V of one head over 1,024 keys: 2, 3 and 4 threads each
+give other bits than 1), and full reductions (`t.sum()`, `t.mean()` over more than 32,768 elements)
+add per-thread partial sums. So the count changes the last bits of the fp64 golden, of the
+emulator's fp32 sums (and through them which way a bf16 value rounds), and of every metric
+derived from them. The count belongs to the process (`OMP_NUM_THREADS`, `--jobs` children,
+`torch.set_num_threads` elsewhere), not to the inputs, so measurements pin it. One thread is a
+count every machine has. Memory alignment did not change MKL's bits here (fp32 and fp64 inputs
+at offsets of 1-7 elements, AVX-512 MKL), so no `MKL_CBWR` setting is needed.
 """
 
 from __future__ import annotations
