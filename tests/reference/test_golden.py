@@ -69,7 +69,7 @@ def _misaligned(t: torch.Tensor, offset: int) -> torch.Tensor:
 def test_golden_bits_do_not_depend_on_thread_count_or_alignment(make_qkv) -> None:
     """One head over 1,024 keys: MKL splits P·V's sum over the keys between threads when a
     batch has fewer matrices than threads, so without the golden's pinned thread count the
-    bits follow torch.set_num_threads (seen here: 2 threads differ from 1, 3 and 4)."""
+    bits follow torch.set_num_threads (seen here: 2, 3 and 4 threads each differ from 1)."""
     q, k, v, do = make_qkv(1, 1, 1024, 1024, 32, torch.bfloat16, seed=7)
     before = torch.get_num_threads()
     runs = []
