@@ -37,7 +37,11 @@ def test_grouped_query_shapes_share_key_value_heads() -> None:
 
 def test_implementations_add_instrumented_base_and_peers() -> None:
     impls = bench.implementations(["fa2", "sfa"], instrumented=True, peers=True)
-    assert [i.name for i in impls] == ["fa2", "sfa", "fa2+stats", "sdpa-flash", "sdpa-cudnn"]
+    assert [i.name for i in impls] == [
+        "fa2", "sfa", "fa2+stats", "sdpa-flash", "sdpa-cudnn", "flash-attn-2", "flash-attn-3"
+    ]  # fmt: skip
+    assert [i.flash_attn for i in impls[-2:]] == [2, 3]
+    assert {i.layout for i in impls[:-2]} == {"bhnd"} and impls[-1].layout == "bnhd"
     assert impls[2].instrument and impls[2].spec == impls[0].spec
 
 
