@@ -11,7 +11,8 @@
    also written to flashprobe/kernels/tuned/ here, and every candidate's time →
    OUT/tune_log.json;
 4. unless --no-grid: `flashprobe bench`'s grid (fa2, sfa, fa2 with stats against SDPA flash
-   and cuDNN) → OUT/bench.json and the table on stdout.
+   and cuDNN, and FlashAttention-2 and -3 where installed) → OUT/bench.json and the table on
+   stdout.
 """
 
 from __future__ import annotations
@@ -159,7 +160,11 @@ def main() -> None:
     shapes = bench.default_shapes(seqs=args.seqs, head_dims=HEAD_DIMS)
     impls = bench.implementations(args.presets, instrumented=True, peers=True)
     timings = bench.run_benchmark(shapes, impls, bench.MODES, repeats=args.repeats)
-    payload = {"environment": environment("cuda"), "timings": [t.to_dict() for t in timings]}
+    payload = {
+        "environment": environment("cuda"),
+        "peers": bench.peer_versions(impls),
+        "timings": [t.to_dict() for t in timings],
+    }
     (args.out / "bench.json").write_text(json.dumps(payload, indent=1))
     print(bench_tables(timings, impls))
 

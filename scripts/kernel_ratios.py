@@ -16,6 +16,12 @@ RATIOS = (
     ("`fa2` backward ÷ SDPA flash", "fa2", "sdpa-flash", "bwd", "≥ 0.9×"),
     ("`fa2` forward ÷ SDPA cuDNN", "fa2", "sdpa-cudnn", "fwd", "stretch goal"),
     ("`fa2` backward ÷ SDPA cuDNN", "fa2", "sdpa-cudnn", "bwd", "stretch goal"),
+    ("`fa2` forward ÷ FlashAttention-2", "fa2", "flash-attn-2", "fwd", "—"),
+    ("`fa2` backward ÷ FlashAttention-2", "fa2", "flash-attn-2", "bwd", "—"),
+    ("`fa2` forward + backward ÷ FlashAttention-2", "fa2", "flash-attn-2", "fwd+bwd", "—"),
+    ("`fa2` forward ÷ FlashAttention-3", "fa2", "flash-attn-3", "fwd", "—"),
+    ("`fa2` backward ÷ FlashAttention-3", "fa2", "flash-attn-3", "bwd", "—"),
+    ("`fa2` forward + backward ÷ FlashAttention-3", "fa2", "flash-attn-3", "fwd+bwd", "—"),
     ("`sfa` ÷ `fa2`, forward", "sfa", "fa2", "fwd", "within 3%"),
     ("`sfa` ÷ `fa2`, forward + backward", "sfa", "fa2", "fwd+bwd", "—"),
     ("instrumentation on ÷ off, forward", "fa2+stats", "fa2", "fwd", "within 10%"),
@@ -31,11 +37,14 @@ def main() -> None:
     tflops = {}
     for t in data["timings"]:
         shape = (t["seq"], t["head_dim"], t["causal"])
-        tflops[t["impl"], t["mode"], shape] = t["tflops"]
+        if t["tflops"] is not None:  # None: not installed or not supported there
+            tflops[t["impl"], t["mode"], shape] = t["tflops"]
     shapes = sorted({s for (_, _, s) in tflops})
     env = data.get("environment", {})
-    print(f"{env.get('gpu')}, torch {env.get('torch')}, triton {env.get('triton')}; "
-          f"{len(shapes)} shapes (N × d × mask)\n")  # fmt: skip
+    peers = ", ".join(f"{n} {v}" for n, v in data.get("peers", {}).items() if v)
+    print(f"{env.get('gpu')}, torch {env.get('torch')}, triton {env.get('triton')}"
+          + (f"; peers {peers}" if peers else "")
+          + f"; {len(shapes)} shapes (N × d × mask)\n")  # fmt: skip
     print("| comparison | range over the shapes | target |")
     print("|---|---|---|")
     for label, top, bottom, mode, target in RATIOS:

@@ -142,7 +142,8 @@ def main() -> None:
         peers = {}
         for impl in bench.implementations([], False, peers=True):
             try:
-                fn = bench.step_fn(bench.attend_fn(impl, shape), q, k, v, do, "fwd")
+                inputs = bench.to_layout((q, k, v, do), impl.layout)
+                fn = bench.step_fn(bench.attend_fn(impl, shape), *inputs, "fwd")
                 peers[impl.name] = autotune.time_ms(fn)
             except Exception as exc:  # a backend may not support the shape on this build
                 print(f"  {impl.name} {shape.label()}: {str(exc).splitlines()[0][:80]}")

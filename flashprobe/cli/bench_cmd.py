@@ -1,4 +1,5 @@
-"""`flashprobe bench`: time the Triton kernels against PyTorch SDPA (flash and cuDNN backends)."""
+"""`flashprobe bench`: time the Triton kernels against PyTorch SDPA (flash and cuDNN backends) and,
+where installed, FlashAttention-2 and -3."""
 
 from __future__ import annotations
 
@@ -32,7 +33,10 @@ def bench_command(
     mask: str = typer.Option("both", help="causal, full or both."),
     dtype: str = typer.Option("bf16", help="bf16 or fp16."),
     mode: list[str] = typer.Option(list(bench.MODES), "--mode", help="fwd, bwd, fwd+bwd."),
-    peers: bool = typer.Option(True, help="Also time SDPA flash and cuDNN backends."),
+    peers: bool = typer.Option(
+        True,
+        help="Also time SDPA flash and cuDNN, and FlashAttention-2 and -3 where installed.",
+    ),
     stats: bool = typer.Option(True, help="Also time the first preset with instrumentation on."),
     json_path: Path | None = typer.Option(
         None, "--json", help="Write all timings to this new file."
@@ -42,11 +46,13 @@ def bench_command(
         3, help="Round-robin rounds per shape; each timing is the median of its rounds."
     ),
 ) -> None:
-    """Time forward, backward and forward+backward against SDPA; print TFLOP/s and ratios.
+    """Time forward, backward and forward+backward against SDPA and FlashAttention; print
+    TFLOP/s and ratios.
 
     TFLOP/s = 4·B·H·N²·D (×0.5 causal, ×2.5 backward); medians of triton.testing.do_bench,
     every implementation timed in this process on the same inputs, round-robin over
-    --repeats rounds (the median round counts). Needs a CUDA GPU.
+    --repeats rounds (the median round counts). A peer that is not installed, or does not
+    support a shape or this GPU, gets one line saying so. Needs a CUDA GPU.
 
     Examples:
 
@@ -97,6 +103,7 @@ def bench_command(
             },
             "specs": {i.name: i.spec.to_dict() for i in impls if i.spec is not None},
             "environment": environment("cuda"),
+            "peers": bench.peer_versions(impls),
             "timings": [t.to_dict() for t in timings],
         }
         write_text_new(json_path, json.dumps(payload, indent=2))

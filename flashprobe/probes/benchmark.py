@@ -1,7 +1,9 @@
-"""Attention speed: flashprobe's Triton kernels against PyTorch SDPA's flash and cuDNN backends.
+"""Attention speed: flashprobe's Triton kernels against PyTorch SDPA's flash and cuDNN backends
+and, where installed, FlashAttention-2 and -3 (`flash_attn_peers`).
 
 Every peer is timed in the same process on the same inputs with `triton.testing.do_bench`
-(median), so the printed ratios compare like with like. FLOPs follow the Triton tutorial and
+(median), so the printed ratios compare like with like; a peer taking another layout gets
+copies of the same inputs, made before timing. FLOPs follow the Triton tutorial and
 FlashAttention benchmarks: 4·B·H·N²·D for the forward, halved when causal, ×2.5 for the backward.
 """
 
@@ -15,10 +17,11 @@ from dataclasses import asdict, dataclass
 import torch
 
 from flashprobe.errors import FlashprobeError
+from flashprobe.probes import flash_attn_peers
 from flashprobe.spec import KernelSpec, make_spec
 
 MODES = ("fwd", "bwd", "fwd+bwd")
-PEERS = ("sdpa-flash", "sdpa-cudnn")
+PEERS = ("sdpa-flash", "sdpa-cudnn", *(p.name for p in flash_attn_peers.PEERS.values()))
 _BWD_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -49,12 +52,19 @@ class BenchShape:
 
 @dataclass(frozen=True)
 class Implementation:
-    """Something to time: a flashprobe spec (optionally instrumented) or an SDPA backend."""
+    """Something to time: a flashprobe spec (optionally instrumented), an SDPA backend or a
+    FlashAttention generation (2 or 3)."""
 
     name: str
     spec: KernelSpec | None = None
     instrument: bool = False
     sdpa_backend: str | None = None
+    flash_attn: int | None = None
+
+    @property
+    def layout(self) -> str:
+        """How its q, k, v, dO are laid out: FlashAttention's own kernels take [B, N, H, D]."""
+        return "bnhd" if self.flash_attn is not None else "bhnd"
 
 
 @dataclass(frozen=True)
@@ -114,8 +124,23 @@ def implementations(
         impls += [
             Implementation("sdpa-flash", sdpa_backend="FLASH_ATTENTION"),
             Implementation("sdpa-cudnn", sdpa_backend="CUDNN_ATTENTION"),
+            *(Implementation(p.name, flash_attn=g) for g, p in flash_attn_peers.PEERS.items()),
         ]
     return impls
+
+
+def peer_versions(impls: Iterable[Implementation]) -> dict[str, str | None]:
+    """The version of the library behind each peer, for the record (None: not installed)."""
+    versions: dict[str, str | None] = {}
+    for impl in impls:
+        if impl.flash_attn is not None:
+            versions[impl.name] = flash_attn_peers.version(impl.flash_attn)
+        elif impl.sdpa_backend == "CUDNN_ATTENTION":
+            cudnn = torch.backends.cudnn.version()
+            versions[impl.name] = None if cudnn is None else f"cudnn {cudnn}"
+        elif impl.sdpa_backend is not None:
+            versions[impl.name] = f"torch {torch.__version__}"
+    return versions
 
 
 def run_benchmark(
@@ -126,39 +151,45 @@ def run_benchmark(
     seed: int = 0,
     repeats: int = 1,
     progress: Callable[[str], None] | None = None,
+    device: str = "cuda",
+    timer: Callable[[Callable[[], None]], float] | None = None,
 ) -> list[Timing]:
     """Time every (shape, implementation, mode); needs CUDA.
 
     With `repeats` > 1 the implementations of one shape are timed round-robin that many times
     and each keeps the median of its rounds, so a drift of the GPU's clock over the minutes a
-    grid takes falls on all of them alike rather than on whichever ran last.
+    grid takes falls on all of them alike rather than on whichever ran last. An implementation
+    that cannot run a shape (a peer not installed, a backend not built for it) gets a timing
+    without ms and a one-line note. `device` and `timer` (ms of one step) let tests run the
+    plumbing on the CPU; the default is `do_bench`'s median on the GPU.
     """
     for mode in modes:
         if mode not in MODES:
             raise FlashprobeError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
     if repeats < 1:
         raise FlashprobeError(f"repeats must be at least 1, got {repeats}")
-    if not torch.cuda.is_available():
+    if device == "cuda" and not torch.cuda.is_available():
         raise FlashprobeError("flashprobe bench needs a CUDA GPU; none is visible here")
-    from triton.testing import do_bench
+    timer = timer or _do_bench_median
 
     timings: list[Timing] = []
+    by_name = {impl.name: impl for impl in impls}
     for shape in shapes:
-        q, k, v, do = make_inputs(shape, seed)
+        inputs = {"bhnd": make_inputs(shape, seed, device)}
         steps: dict[tuple[str, str], Callable[[], None]] = {}
         samples: dict[tuple[str, str], list[float]] = {}
         failed: dict[tuple[str, str], str] = {}
         for impl in impls:
-            attend = attend_fn(impl, shape)
             for mode in modes:
                 if impl.instrument and mode == "bwd":
                     continue  # instrumentation lives in the forward; its backward is the same
                 key = (impl.name, mode)
                 samples[key] = []
                 try:
-                    steps[key] = step_fn(attend, q, k, v, do, mode)
-                except (RuntimeError, FlashprobeError) as exc:  # e.g. a backend not built here
-                    failed[key] = _first_line(exc)
+                    attend = attend_fn(impl, shape)  # a peer not installed raises here
+                    steps[key] = step_fn(attend, *_in_layout(inputs, impl.layout), mode)
+                except _errors(impl) as exc:  # e.g. a backend not built here
+                    failed[key] = _note(impl, exc)
         for round_ in range(repeats):
             for key, step in steps.items():
                 if key in failed:
@@ -167,9 +198,9 @@ def run_benchmark(
                     suffix = f" (round {round_ + 1}/{repeats})" if repeats > 1 else ""
                     progress(f"{shape.label()} {key[0]} {key[1]}{suffix}")
                 try:
-                    samples[key].append(do_bench(step, warmup=25, rep=100, return_mode="median"))
-                except (RuntimeError, FlashprobeError) as exc:
-                    failed[key] = _first_line(exc)
+                    samples[key].append(timer(step))
+                except _errors(by_name[key[0]]) as exc:
+                    failed[key] = _note(by_name[key[0]], exc)
         for (name, mode), times in samples.items():
             if (name, mode) in failed:
                 timings.append(Timing(shape, name, mode, None, None, failed[(name, mode)]))
@@ -177,9 +208,42 @@ def run_benchmark(
                 ms = statistics.median(times)
                 timings.append(Timing(shape, name, mode, ms, shape.flops(mode) / ms * 1e-9,
                                       samples=tuple(times)))  # fmt: skip
-        del q, k, v, do, steps
-        torch.cuda.empty_cache()
+        del inputs, steps
+        if device == "cuda":
+            torch.cuda.empty_cache()
     return timings
+
+
+def _errors(impl: Implementation) -> tuple[type[Exception], ...]:
+    """What counts as "cannot run this shape here" rather than a bug: for a peer, whatever its
+    library raises for a shape, dtype or GPU it does not support (a peer never stops the run)."""
+    ours = (RuntimeError, FlashprobeError)
+    if impl.spec is not None:
+        return ours
+    return (*ours, ValueError, AssertionError, NotImplementedError, TypeError)
+
+
+def _do_bench_median(step: Callable[[], None]) -> float:
+    from triton.testing import do_bench
+
+    return do_bench(step, warmup=25, rep=100, return_mode="median")
+
+
+def _in_layout(
+    inputs: dict[str, tuple[torch.Tensor, ...]], layout: str
+) -> tuple[torch.Tensor, ...]:
+    """q, k, v, dO in `layout`, copied once per shape from [B, H, N, D] (outside any timing)."""
+    if layout not in inputs:
+        inputs[layout] = to_layout(inputs["bhnd"], layout)
+    return inputs[layout]
+
+
+def _note(impl: Implementation, exc: BaseException) -> str:
+    """The one line a failed timing shows: a peer's refusal reads "unsupported: <reason>"."""
+    line = _first_line(exc)
+    if impl.spec is None and not line.startswith((flash_attn_peers.NOT_INSTALLED, "unsupported")):
+        return f"unsupported: {line}"
+    return line
 
 
 def ratio_table(timings: Sequence[Timing], baseline: str) -> dict[tuple, float | None]:
@@ -194,22 +258,35 @@ def ratio_table(timings: Sequence[Timing], baseline: str) -> dict[tuple, float |
 
 
 # -- building blocks (also used by scripts/gpu_kernels.py) -------------------------------
-def make_inputs(shape: BenchShape, seed: int = 0) -> tuple[torch.Tensor, ...]:
+def make_inputs(shape: BenchShape, seed: int = 0, device: str = "cuda") -> tuple[torch.Tensor, ...]:
+    """q, k, v, dO as [B, H, N, D] (k, v with the key/value heads)."""
     if shape.dtype not in _DTYPES:
         raise FlashprobeError(f"dtype must be one of {', '.join(_DTYPES)}, got {shape.dtype!r}")
-    gen = torch.Generator(device="cuda").manual_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
     size = (shape.batch, shape.heads, shape.seq, shape.head_dim)
     kv_size = (shape.batch, shape.kv_heads or shape.heads, shape.seq, shape.head_dim)
     dtype = _DTYPES[shape.dtype]
     q, k, v, do = (
-        torch.randn(s, device="cuda", dtype=dtype, generator=gen)
+        torch.randn(s, device=device, dtype=dtype, generator=gen)
         for s in (size, kv_size, kv_size, size)
     )
     return q, k, v, do
 
 
+def to_layout(tensors: Sequence[torch.Tensor], layout: str) -> tuple[torch.Tensor, ...]:
+    """[B, H, N, D] tensors as contiguous copies in `layout` ("bhnd" or "bnhd")."""
+    if layout == "bhnd":
+        return tuple(tensors)
+    if layout == "bnhd":
+        return tuple(t.transpose(1, 2).contiguous() for t in tensors)
+    raise FlashprobeError(f"unknown layout {layout!r}")
+
+
 def attend_fn(impl: Implementation, shape: BenchShape) -> Callable[..., torch.Tensor]:
+    """attend(q, k, v) on tensors in `impl.layout` (`to_layout`)."""
     scale = 1.0 / math.sqrt(shape.head_dim)
+    if impl.flash_attn is not None:
+        return flash_attn_peers.attend_fn(impl.flash_attn, shape, scale)
     if impl.spec is not None:
         from flashprobe.api import attention
 

@@ -2,22 +2,33 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 from tabulate import tabulate
 
 from flashprobe.probes.benchmark import Implementation, Timing, ratio_table
+from flashprobe.probes.flash_attn_peers import NOT_INSTALLED
+
+_SHORT = {
+    "sdpa-flash": "flash",
+    "sdpa-cudnn": "cudnn",
+    "flash-attn-2": "FA2",
+    "flash-attn-3": "FA3",
+}
 
 
 def bench_tables(timings: Sequence[Timing], impls: Sequence[Implementation]) -> str:
-    """One table per mode: shapes down, TFLOP/s per implementation, then ratios.
+    """One table per mode: shapes down, TFLOP/s per implementation, then ratios; then one line
+    per reason an implementation did not run.
 
-    Ratios: the first preset (the base) against SDPA flash and cuDNN; every other preset and the
-    instrumented run against the base.
+    Ratios: the first preset (the base) against each peer (SDPA flash and cuDNN, FlashAttention-2
+    and -3); every other preset and the instrumented run against the base. A peer that is not
+    installed gets no columns, only its line below the tables.
     """
-    names = [i.name for i in impls]
+    names = [i.name for i in impls if not _not_installed(i.name, timings)]
     ours = [i.name for i in impls if i.spec is not None]
-    peers = [n for n in ("sdpa-flash", "sdpa-cudnn") if n in names]
+    peers = [i.name for i in impls if i.spec is None and i.name in names]
     base = ours[0] if ours else None
     ratio_cols = [(base, p) for p in peers if base] + [(o, base) for o in ours[1:]]
     ratios = {p: ratio_table(timings, p) for p in {*peers, *([base] if base else [])}}
@@ -31,15 +42,27 @@ def bench_tables(timings: Sequence[Timing], impls: Sequence[Implementation]) -> 
             row += [_num(by_impl[n].tflops if n in by_impl else None, "{:.0f}") for n in names]
             row += [_num(ratios[b].get((shape, o, mode)), "{:.2f}×") for o, b in ratio_cols]
             rows.append(row)
-        headers = ["shape", *names, *[f"{o}/{_short(b)}" for o, b in ratio_cols]]
+        headers = ["shape", *names, *[f"{o}/{_SHORT.get(b, b)}" for o, b in ratio_cols]]
         blocks.append(
             f"{mode} (TFLOP/s)\n" + tabulate(rows, headers=headers, disable_numparse=True)
         )
-    return "\n\n".join(blocks)
+    notes = _notes(timings)
+    return "\n\n".join(blocks + (["\n".join(notes)] if notes else []))
 
 
-def _short(name: str) -> str:
-    return {"sdpa-flash": "flash", "sdpa-cudnn": "cudnn"}.get(name, name)
+def _not_installed(name: str, timings: Sequence[Timing]) -> bool:
+    mine = [t for t in timings if t.impl == name]
+    return bool(mine) and all(t.note == NOT_INSTALLED for t in mine)
+
+
+def _notes(timings: Sequence[Timing]) -> list[str]:
+    """ "<impl>: <why>" once per implementation and reason, with how many timings it cost."""
+    totals = Counter(t.impl for t in timings)
+    failed = Counter((t.impl, t.note) for t in timings if t.ms is None)
+    return [
+        f"{impl}: {note}" + ("" if n == totals[impl] else f" ({n} of {totals[impl]} timings)")
+        for (impl, note), n in failed.items()
+    ]
 
 
 def _num(value: float | None, fmt: str) -> str:

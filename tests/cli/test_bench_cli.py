@@ -50,3 +50,55 @@ def test_bench_rejects_kv_heads_that_do_not_divide_the_heads(run_cli) -> None:
     assert result.code == 2
     assert "kv heads must divide the 16 heads, got 5" in result.err
     assert len(result.err.strip().splitlines()) == 1
+
+
+def test_bench_notes_a_missing_peer_in_one_line_and_records_peer_versions(
+    run_cli, tmp_path, monkeypatch
+) -> None:
+    """FlashAttention-2 (a fake computing attention with torch) is timed and its version
+    recorded; FlashAttention-3 is not installed: one line, no traceback, exit 0. The peers run
+    on the CPU here, through the real run_benchmark with a timer that runs each step once."""
+    import json
+    import sys
+    import types
+
+    import torch.nn.functional as F
+
+    from flashprobe.probes import benchmark
+
+    def flash_attn_func(q, k, v, softmax_scale=None, causal=False):
+        out = F.scaled_dot_product_attention(
+            *(t.transpose(1, 2) for t in (q, k, v)), is_causal=causal, scale=softmax_scale
+        )
+        return out.transpose(1, 2)
+
+    fa2 = types.ModuleType("flash_attn")
+    fa2.__version__, fa2.flash_attn_func = "2.8.3", flash_attn_func
+    monkeypatch.setitem(sys.modules, "flash_attn", fa2)
+    monkeypatch.setitem(sys.modules, "flash_attn_interface", None)
+    real_run = benchmark.run_benchmark
+
+    def run_once(step) -> float:
+        step()
+        return 2.0
+
+    def run_peers_on_cpu(shapes, impls, modes, **kwargs):
+        peers = [i for i in impls if i.spec is None]  # our kernels need the GPU
+        return real_run(shapes, peers, modes, **kwargs, device="cpu", timer=run_once)
+
+    monkeypatch.setattr(benchmark, "run_benchmark", run_peers_on_cpu)
+    path = tmp_path / "bench.json"
+    args = ["--preset", "fa2", "--seq", "32", "--tokens", "64", "--head-dim", "16"]
+    result = run_cli("bench", *args, "--mask", "causal", "--repeats", "1", "--json", str(path))
+    assert result.code == 0, result.err
+    assert "Traceback" not in result.out + result.err
+    assert "flash-attn-3: not installed" in result.out.splitlines()
+    assert "fa2/FA2" in result.out and "fa2/FA3" not in result.out
+    data = json.loads(path.read_text())
+    assert data["peers"]["flash-attn-2"] == "2.8.3" and data["peers"]["flash-attn-3"] is None
+    assert {"gpu", "torch", "triton"} <= set(data["environment"])
+    fa2_timings = [t for t in data["timings"] if t["impl"] == "flash-attn-2"]
+    assert [t["mode"] for t in fa2_timings] == ["fwd", "bwd", "fwd+bwd"]
+    assert [(t["ms"], t["note"]) for t in fa2_timings] == [(2.0, "")] * 3
+    fa3_notes = {t["note"] for t in data["timings"] if t["impl"] == "flash-attn-3"}
+    assert fa3_notes == {"not installed"}

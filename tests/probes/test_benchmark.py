@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -37,7 +39,11 @@ def test_grouped_query_shapes_share_key_value_heads() -> None:
 
 def test_implementations_add_instrumented_base_and_peers() -> None:
     impls = bench.implementations(["fa2", "sfa"], instrumented=True, peers=True)
-    assert [i.name for i in impls] == ["fa2", "sfa", "fa2+stats", "sdpa-flash", "sdpa-cudnn"]
+    assert [i.name for i in impls] == [
+        "fa2", "sfa", "fa2+stats", "sdpa-flash", "sdpa-cudnn", "flash-attn-2", "flash-attn-3"
+    ]  # fmt: skip
+    assert [i.flash_attn for i in impls[-2:]] == [2, 3]
+    assert {i.layout for i in impls[:-2]} == {"bhnd"} and impls[-1].layout == "bnhd"
     assert impls[2].instrument and impls[2].spec == impls[0].spec
 
 
@@ -80,3 +86,66 @@ def test_round_robin_rounds_keep_every_sample_and_report_their_median() -> None:
         assert len(t.samples) == 3 and t.ms == sorted(t.samples)[1]
         assert t.tflops == pytest.approx(shape.flops(t.mode) / t.ms * 1e-9)
         assert t.to_dict()["samples_ms"] == list(t.samples)
+
+
+def _count_steps(calls: list[int]):
+    """A timer for the CPU: runs the step once (so it must work) and reports 1 ms."""
+
+    def timer(step) -> float:
+        step()
+        calls.append(1)
+        return 1.0
+
+    return timer
+
+
+def test_peers_run_on_cpu_in_their_layout_and_the_rest_get_one_line(fake_flash_attn) -> None:
+    """The whole run with fake FlashAttention: FA2 gets [B, N, H, D] copies and dO, FA3's
+    (out, lse) is unwrapped, a library refusal (forward or backward) becomes "unsupported: ...",
+    cuDNN (not on the CPU) too, and the run goes on to the next shape."""
+    fake_flash_attn.refuse = lambda gen, q: "headdim 48 not built" if q.shape[-1] == 48 else None
+    fake_flash_attn.refuse_backward = lambda gen, q: "no bwd at d32" if q.shape[-1] == 32 else None
+    d16 = bench.BenchShape(2, 4, 24, 16, True, kv_heads=2)
+    d48 = bench.BenchShape(1, 2, 16, 48, False)
+    d32 = bench.BenchShape(1, 2, 16, 32, False)
+    impls = bench.implementations([], instrumented=False, peers=True)
+    timed: list[int] = []
+    timings = bench.run_benchmark(
+        [d16, d48, d32], impls, bench.MODES, repeats=2, device="cpu", timer=_count_steps(timed)
+    )
+    by = {(t.shape, t.impl, t.mode): t for t in timings}
+    assert len(by) == len(timings) == 3 * 4 * 3
+    for mode in bench.MODES:
+        for name in ("flash-attn-2", "flash-attn-3"):
+            ran = by[(d16, name, mode)]
+            assert ran.ms == 1.0 and ran.samples == (1.0, 1.0) and ran.note == ""
+            assert ran.tflops == pytest.approx(d16.flops(mode) / 1.0 * 1e-9)
+            assert by[(d48, name, mode)].note == "unsupported: headdim 48 not built"
+        assert by[(d16, "sdpa-cudnn", mode)].note.startswith("unsupported: ")
+        assert by[(d16, "sdpa-cudnn", mode)].ms is None
+    assert by[(d32, "flash-attn-2", "fwd")].ms == 1.0
+    for mode in ("bwd", "fwd+bwd"):
+        assert by[(d32, "flash-attn-2", mode)].note == "unsupported: no bwd at d32"
+    # every forward saw contiguous [B, N, H, D] inputs, every backward a [B, N, H, D] dO
+    assert {(shape, contiguous) for _, shape, contiguous, _, _ in fake_flash_attn.calls} == {
+        ((2, 24, 4, 16), True), ((1, 16, 2, 48), True), ((1, 16, 2, 32), True)
+    }  # fmt: skip
+    assert {shape for _, shape in fake_flash_attn.grads} == {(2, 24, 4, 16), (1, 16, 2, 32)}
+    assert len(timed) == sum(len(t.samples) for t in timings)
+
+
+def test_a_peer_not_installed_is_noted_and_timed_nowhere(fake_flash_attn, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "flash_attn_interface", None)
+    shape = bench.BenchShape(1, 2, 16, 16, True)
+    impls = bench.implementations([], instrumented=False, peers=True)
+    timings = bench.run_benchmark(
+        [shape], impls, ["fwd", "bwd"], device="cpu", timer=_count_steps([])
+    )
+    fa3 = [t for t in timings if t.impl == "flash-attn-3"]
+    assert [(t.mode, t.ms, t.note) for t in fa3] == [
+        ("fwd", None, "not installed"), ("bwd", None, "not installed")
+    ]  # fmt: skip
+    assert {c[0] for c in fake_flash_attn.calls} == {2}
+    assert bench.peer_versions(impls)["flash-attn-3"] is None
+    assert bench.peer_versions(impls)["flash-attn-2"] == "2.7.4"
+    assert bench.peer_versions(impls)["sdpa-flash"] == f"torch {torch.__version__}"

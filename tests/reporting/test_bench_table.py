@@ -21,3 +21,39 @@ def test_table_shows_tflops_and_ratios() -> None:
     assert "0.98×" in text  # sfa / fa2
     assert "0.95×" in text  # instrumented / plain
     assert "n/a" in text  # cuDNN missing is shown, not hidden
+
+
+def test_flash_attention_peers_get_ratio_columns_and_a_missing_one_a_line() -> None:
+    small = bench.BenchShape(32, 16, 1024, 64, True)
+    large = bench.BenchShape(32, 16, 1024, 512, True)
+    impls = bench.implementations(["fa2"], instrumented=False, peers=True)
+    timings = []
+    for shape in (small, large):
+        for mode in ("fwd", "bwd"):
+            timings += [
+                bench.Timing(shape, "fa2", mode, 1.0, 300.0),
+                bench.Timing(shape, "sdpa-flash", mode, 1.0, 250.0),
+                bench.Timing(shape, "sdpa-cudnn", mode, 1.0, 375.0),
+                bench.Timing(shape, "flash-attn-3", mode, None, None, "not installed"),
+            ]
+    timings += [
+        bench.Timing(small, "flash-attn-2", "fwd", 1.0, 400.0),
+        bench.Timing(small, "flash-attn-2", "bwd", 1.0, 240.0),
+        bench.Timing(large, "flash-attn-2", "fwd", None, None, "unsupported: head dim 512 > 256"),
+        bench.Timing(large, "flash-attn-2", "bwd", None, None, "unsupported: head dim 512 > 256"),
+    ]
+    text = bench_tables(timings, impls)
+    fwd, bwd, notes = text.split("\n\n")
+    for table in (fwd, bwd):
+        header = table.splitlines()[1].split()
+        assert header == [
+            "shape", "fa2", "sdpa-flash", "sdpa-cudnn", "flash-attn-2",
+            "fa2/flash", "fa2/cudnn", "fa2/FA2",
+        ]  # fmt: skip
+    assert fwd.splitlines()[3].split()[-3:] == ["1.20×", "0.80×", "0.75×"]
+    assert bwd.splitlines()[3].split()[-1] == "1.25×"
+    assert fwd.splitlines()[4].split()[-1] == "n/a"  # FA2 unsupported there: shown, not hidden
+    assert notes.splitlines() == [
+        "flash-attn-3: not installed",
+        "flash-attn-2: unsupported: head dim 512 > 256 (2 of 4 timings)",
+    ]
