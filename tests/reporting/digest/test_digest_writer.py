@@ -29,7 +29,7 @@ def test_the_digest_keeps_every_0_based_logged_step(tiny_store: Path, tmp_path: 
     out = tmp_path / "tiny.json"
     assert write_digest(tiny_store, out, every=10) == 3
     digest = _strict(out.read_text())
-    assert digest["format"] == "flashprobe-digest" and digest["version"] == 2
+    assert digest["format"] == "flashprobe-digest" and digest["version"] == 3
     assert digest["every"] == 10 and set(digest["suites"]) == {"tiny"}
     runs = _by_run(digest)
     assert set(runs) == {("fa2", 0), ("fa2", 1), ("touchy", 0)}
