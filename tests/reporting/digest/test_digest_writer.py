@@ -101,7 +101,7 @@ def test_refuses_to_overwrite_unless_forced(tiny_store: Path, tmp_path: Path) ->
         write_digest(tiny_store, out)
     assert out.read_text() == "earlier results"
     write_digest(tiny_store, out, force=True)
-    assert _strict(out.read_text())["version"] == 2
+    assert _strict(out.read_text())["version"] == 3
     with pytest.raises(FlashprobeError, match="folder"):
         write_digest(tiny_store, tmp_path)
 
