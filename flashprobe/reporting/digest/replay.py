@@ -8,9 +8,10 @@ variant and captured layer, per captured step (error = variant − fp64 golden, 
 tokens of every head of the layer):
 
     mean            Σ δ error / tokens: the mean δ error per row (its sign: the bias's direction)
-    t               the heads' t statistics (each over its rows, replay_metrics) combined as
-                    Σ t / √heads (Stouffer, as replay_summary.hot_spots); heads whose t is
-                    undefined (fewer than 2 rows, no spread) are left out
+    t               the t statistic of that mean over the layer's rows, all heads pooled (as
+                    if replay_metrics had measured the heads as one): recovered from each head's
+                    rows, mean and t; None where a head's spread cannot be recovered (its mean
+                    and t exactly 0, or not finite)
     sum             Σ δ error over the tokens and heads of that step
     running_sum     Σ of `sum` over the captured steps up to this one (the paper's Fig. 5a)
     heads_positive  how many of the layer's heads have a positive δ error mean, of `heads`
@@ -121,16 +122,15 @@ def compact(doc: Mapping[str, Any]) -> dict[str, Any]:
             total, rows, mean = float(rec["delta_sum"]), int(rec["rows"]), rec["delta_mean"]
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"a record without {exc}") from None
-        at = pooled.setdefault(variant, {}).setdefault(layer, {}).setdefault(
-            step, {"sum": 0.0, "rows": 0, "t": [], "positive": 0, "heads": 0}
+        at = (
+            pooled.setdefault(variant, {})
+            .setdefault(layer, {})
+            .setdefault(step, {"sum": 0.0, "rows": 0, "heads": [], "positive": 0})
         )
         at["sum"] += total
         at["rows"] += rows
-        at["heads"] += 1
+        at["heads"].append((rows, mean, rec.get("delta_t")))
         at["positive"] += int(mean is not None and mean > 0)
-        t = rec.get("delta_t")
-        if isinstance(t, int | float) and math.isfinite(t):
-            at["t"].append(float(t))
     delta: dict[str, dict[str, list[list[Any]]]] = {}
     for variant, layers in pooled.items():
         for layer, steps in sorted(layers.items()):
@@ -138,16 +138,15 @@ def compact(doc: Mapping[str, Any]) -> dict[str, Any]:
             out = delta.setdefault(variant, {}).setdefault(str(layer), [])
             for step, at in sorted(steps.items()):
                 running += at["sum"]
-                ts = at["t"]
                 out.append(
                     [
                         step,
                         at["sum"] / at["rows"] if at["rows"] else None,
-                        sum(ts) / math.sqrt(len(ts)) if ts else None,
+                        pooled_t(at["heads"]),
                         at["sum"],
                         running,
                         at["positive"],
-                        at["heads"],
+                        len(at["heads"]),
                     ]
                 )
     return {
@@ -160,6 +159,27 @@ def compact(doc: Mapping[str, Any]) -> dict[str, Any]:
         "delta": delta,
         "summary": summarise([doc]),
     }
+
+
+def pooled_t(heads: Sequence[tuple[int, Any, Any]]) -> float | None:
+    """t of the mean over every head's rows, from each head's (rows, mean, t) where t is its
+    mean over the standard error of its rows (mechanism.signed_error: sample std): the pooled
+    sum of squares is each head's within-head part, (n − 1) sd², plus n (mean − pooled mean)²."""
+    total = sum(n for n, _, _ in heads)
+    if total < 2 or any(m is None or not math.isfinite(m) for _, m, _ in heads):
+        return None
+    grand = sum(n * m for n, m, _ in heads) / total
+    squares = 0.0
+    for n, m, t in heads:
+        if n >= 2:
+            if t is None or math.isnan(t) or t == 0:
+                return None  # no spread to recover: a 0 mean hides it
+            sd = 0.0 if math.isinf(t) else m * math.sqrt(n) / t
+            squares += (n - 1) * sd * sd
+        squares += n * (m - grand) ** 2
+    if squares == 0:
+        return 0.0 if grand == 0 else math.copysign(math.inf, grand)
+    return grand / math.sqrt(squares / (total - 1) / total)
 
 
 # -- digest → ReplayDigest ------------------------------------------------------------------
