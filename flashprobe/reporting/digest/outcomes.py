@@ -214,13 +214,13 @@ class ControlCheck:
         """Exactly why (not): every seed, by what it did."""
         parts = []
         if self.early:
-            at = ", ".join(f"{s.seed} at {s.cell.diverged_step}" for s in self.early)
-            parts.append(f"diverged within {self.bound:g}: seed {at}")
+            at = ", ".join(f"seed {s.seed} at {s.cell.diverged_step}" for s in self.early)
+            parts.append(f"diverged within {self.bound:g}: {at}")
         if self.short:
-            at = ", ".join(f"{s.seed} at {_reached(s)}" for s in self.short)
-            parts.append(f"stopped short of {self.bound:g} without diverging: seed {at}")
+            at = ", ".join(f"seed {s.seed} at {_reached(s)}" for s in self.short)
+            parts.append(f"stopped short of {self.bound:g} without diverging: {at}")
         if self.clean:
-            at = ", ".join(f"{s.seed}: {_ran(s)}" for s in self.clean)
+            at = ", ".join(f"seed {s.seed} ({_ran(s)})" for s in self.clean)
             parts.append(f"ran past {self.bound:g} without diverging by then: {at}")
         return "; ".join(parts) or "no seeds"
 

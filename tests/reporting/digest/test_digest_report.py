@@ -45,11 +45,18 @@ def test_pooled_outcomes_and_notes(tmp_path: Path, make) -> None:
     ]
     assert [s.cell.describe_source() for s in report.superseded] == ["a.json#1"]
     text = render_digest_reports([report], "markdown")
-    assert "| paper-code | 0,1     | 2   | 2/2        | 0: 300, 1: 200" in text
-    assert "0: ≥350" in text and "1: 100" in text  # fa2: the rerun counts; seed 1 finished
+    assert "| paper-code | 0,1     | 2   | 2/2        | 250                      | " in text
+    assert "| 0: diverged at 300; 1: diverged at 200 " in text
+    # fa2: the rerun counts (cut at ≥350, not the earlier 200); seed 1 finished its 100 steps
+    assert "| 0: no outcome (cut at ≥350); 1: 100, not diverged |" in text
     assert "runs of different planned lengths" not in text  # every run planned 100 steps
     assert "1 superseded run(s) not counted" in text
-    assert "twice paper-code's median divergence step is 500" in text
+    assert "## Control check: twice paper-code's median divergence step" in text
+    assert "paper-code: median divergence step 250 (diverged seeds 0: 300, 1: 200)" in text
+    assert (
+        "| fa2       | 0,1     | 500             | does not pass | stopped short of 500 without "
+        "diverging: seed 0 at ≥350, seed 1 at 100 |"
+    ) in text
     assert "Spectral norms per layer: paper-code seed 1" not in text
     assert "## Spectral norms per layer: paper-code seed 0" in text  # its first diverged seed
 
