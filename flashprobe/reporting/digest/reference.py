@@ -90,15 +90,15 @@ def reference_runs(
 
 
 def _regime_diff(mine: Sequence[DigestCell], theirs: Sequence[DigestCell]) -> str | None:
-    """'' when the first configs of both agree but for REGIME_FREE keys; the differences as a
-    label otherwise; None when either side has no config."""
+    """'' when the first configs of both agree but for REGIME_FREE keys; their values where they
+    differ otherwise (a label); None when either side has no config."""
     a = next((c.config for c in mine if c.config is not None), None)
     b = next((c.config for c in theirs if c.config is not None), None)
     if a is None or b is None:
         return None
-    diff = {k: v for k, v in component_diff(a, b).items() if "." in k and not _free(k)}
+    diff = {k: v for k, v in component_diff(b, a).items() if "." in k and not _free(k)}
     return component_label(diff) if diff else ""
 
 
 def _free(key: str) -> bool:
-    return any(key == p or key.startswith(p) for p in REGIME_FREE)
+    return any(key == p.rstrip(".") or key.startswith(p) for p in REGIME_FREE)

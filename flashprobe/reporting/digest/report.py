@@ -179,8 +179,8 @@ def build_digest_reports(
     if suite is not None and suite not in suites:
         raise FlashprobeError(f"no suite {suite!r} in the digests; suites: {', '.join(suites)}")
     names = [suite] if suite is not None else suites
-    if reference is not None and not any(c.variant == reference for c in every if c.suite in names):
-        variants = sorted({c.variant for c in every if c.suite in names})
+    if reference is not None and not any(c.variant == reference for c in every):
+        variants = sorted({c.variant for c in every})
         raise FlashprobeError(
             f"no variant {reference!r} in the digests; variants: {', '.join(variants)}"
         )
