@@ -437,7 +437,7 @@ def _render_text(r: DigestSuiteReport, *, markdown: bool) -> str:
         OUTCOME_LEGEND,
     ]
     if r.controls:
-        out += ["", heading(f"Control check: twice {ref}'s median divergence step")]
+        out += ["", heading("Control check: twice the reference's median divergence step")]
         cols = [CONTROL_COLS[0], *point, *CONTROL_COLS[1:]]
         out += [_control_intro(r), "", table(_control_rows(r), cols)]
     out += [
@@ -488,15 +488,15 @@ def _outcome_rows(r: DigestSuiteReport) -> list[list[Any]]:
 
 
 def _control_intro(r: DigestSuiteReport) -> str:
-    refs = list({id(c.reference): c.reference for c in r.controls}.values())
+    bounds = {id(c.reference): (c.reference, c.bound) for c in r.controls}
     parts = []
-    for ref in refs:
+    for ref, bound in bounds.values():
         where = "" if ref.suite == r.suite else f" of suite {ref.suite}"
         point = f" [{ref.point}]" if ref.point else ""
         seeds = ", ".join(f"{s.seed}: {s.step}" for s in ref.diverged)
         parts.append(
-            f"{ref.variant}{where}{point}: median divergence step {ref.median_step:g} "
-            f"(diverged seeds {seeds}), twice {2 * ref.median_step:g}"  # type: ignore[operator]
+            f"{ref.variant}{where}{point}: median divergence step {bound / 2:g} "
+            f"(diverged seeds {seeds}), twice {bound:g}"
         )
     return (
         "; ".join(parts) + ". A variant passes when none of its seeds diverged within twice "

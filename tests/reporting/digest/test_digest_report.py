@@ -52,7 +52,7 @@ def test_pooled_outcomes_and_notes(tmp_path: Path, make) -> None:
     assert "| 0: no outcome (cut at ≥350); 1: 100, not diverged |" in text
     assert "runs of different planned lengths" not in text  # every run planned 100 steps
     assert "1 superseded run(s) not counted" in text
-    assert "## Control check: twice paper-code's median divergence step" in text
+    assert "## Control check: twice the reference's median divergence step" in text
     assert "paper-code: median divergence step 250 (diverged seeds 0: 300, 1: 200)" in text
     assert (
         "| fa2       | 0,1     | 500             | does not pass | stopped short of 500 without "
@@ -261,7 +261,8 @@ def test_a_suite_without_the_reference_borrows_it(tmp_path: Path, make) -> None:
     text = render_digest_reports([report], "markdown")
     assert "Reference: paper-code (suite quick)." in text
     assert "| paper-code (suite quick) | 0,1,2 " in text
-    assert "## Control check: twice paper-code (suite quick)'s median divergence step" in text
+    assert "## Control check: twice the reference's median divergence step" in text
+    assert "paper-code of suite quick: median divergence step 1659 (diverged seeds 0: 1421" in text
     assert "diverged within 3318: seed 1 at 3000" in text
 
 
