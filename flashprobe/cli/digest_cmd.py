@@ -20,7 +20,8 @@ def digest_command(
     force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
 ) -> None:
     """Write a digest of a result store: per cell its meta, config, summary, a thinned loss
-    curve and the per-layer attention and spectral records (what a device session brings back).
+    curve, the per-layer attention and spectral records and, for a run `flashprobe replay`
+    replayed, its δ replay in compact form (what a device session brings back).
 
     Examples:
 
@@ -48,7 +49,8 @@ def digest_report_command(
         None,
         "--reference",
         help="The variant the others are tested against (Fisher) and the control check's "
-        "(default: the suite's declared baseline, when the digest has it).",
+        "(default: the suite's declared baseline, when the digest has it). A suite without "
+        "its runs takes them from another suite of the same training regime.",
     ),
     cells: list[str] | None = typer.Option(
         None, "--cell", help="VARIANT:SEED for the per-layer table and figures (repeat)."
@@ -66,8 +68,10 @@ def digest_report_command(
     fmt: str = typer.Option("markdown", "--format", help="markdown, text or json."),
 ) -> None:
     """Report digests of several device sessions: per variant seeds, diverged, divergence
-    steps and median, the steps reached by the others; which layer's W_Q / W_K spectral norm
-    rises first and whether before the loss; tie and P̄ = 1 counts; max logits.
+    steps and median, the steps reached by the others; the control check at twice the
+    reference's median divergence step; which layer's W_Q / W_K spectral norm rises first and
+    whether before the loss; tie and P̄ = 1 counts; max logits; the δ error's sign, t and
+    running sum per variant and layer of the replayed runs.
 
     Each variant, grid point and seed counts once: its longest, then latest run over all the
     digests; the others are listed as superseded.

@@ -9,6 +9,10 @@ Per chosen run (--cell VARIANT:SEED; default the reference's first diverged seed
     <suite>_<variant>_seed<k>_spectral_norm.png         W_Q and W_K spectral norm per layer
                                                          (heatmap; ○ the rise, | divergence)
     <suite>_<variant>_seed<k>_attention_per_layer.png   max logit, tie events, P̄ = 1 per layer
+Per replayed run (its digest holds its δ replay):
+    <suite>_<variant>_seed<k>_delta_running_sum.png     the running sum of the δ error over the
+                                                         captured steps before the divergence,
+                                                         a panel per layer, a line per variant
 """
 
 from __future__ import annotations
@@ -64,6 +68,11 @@ def write_figures(report: DigestSuiteReport, out_dir: Path) -> list[Path]:
         if path is not None:
             written.append(path)
         path = _attention_layers(plt, cell, horizon, out_dir / f"{name}_attention_per_layer.png")
+        if path is not None:
+            written.append(path)
+    for cell in report.replayed:
+        name = f"{prefix}_{_safe(_cell_name(cell))}"
+        path = _delta_running_sum(plt, cell, out_dir / f"{name}_delta_running_sum.png")
         if path is not None:
             written.append(path)
     return written
@@ -207,6 +216,41 @@ def _attention_layers(plt: Any, cell: DigestCell, horizon: int | None, path: Pat
         _legend(ax, ncol=2)
     fig.suptitle(f"{cell.suite}: {cell.label}, attention per layer (dotted: divergence)",
                  fontsize=10)  # fmt: skip
+    return _save(plt, fig, path)
+
+
+def _delta_running_sum(plt: Any, cell: DigestCell, path: Path) -> Path | None:
+    """The paper's Fig. 5a per captured layer: Σ δ error (tokens, heads) summed over the
+    captured steps before the divergence, one line per replayed variant."""
+    replay = cell.replay
+    if replay is None or replay.error is not None:
+        return None
+    series: dict[int, dict[str, Series]] = {}
+    for variant, layer, d in replay.rows(before=cell.diverged_step):
+        if d.running_sum is not None:
+            series.setdefault(layer, {}).setdefault(variant, []).append((d.step, d.running_sum))
+    if not series:
+        return None
+    variants = sorted(replay.variants, key=lambda v: v != cell.variant)  # the run's own first
+    styles = ("-", "--", "-.", ":")
+    fig, axes = plt.subplots(1, len(series), figsize=(5.2 * len(series) + 0.6, 4.0),
+                             squeeze=False)  # fmt: skip
+    for ax, (layer, lines) in zip(axes[0], sorted(series.items()), strict=True):
+        for i, variant in enumerate(variants):
+            if lines.get(variant):  # a marker at every capture: they are few and far apart
+                xs, ys = zip(*lines[variant], strict=True)
+                ax.plot(xs, ys, color=f"C{i % 10}", ls=styles[(i // 10) % len(styles)], lw=1,
+                        marker="o", ms=4, label=variant)  # fmt: skip
+        ax.axhline(0.0, color="grey", lw=0.8)
+        if cell.diverged_step is not None:
+            ax.axvline(cell.diverged_step, color="red", ls=":", lw=1.2, label="divergence")
+        ax.set_title(f"layer {layer}", fontsize=9)
+        ax.set_ylabel("running sum of the δ error (Σ tokens, heads)", fontsize=8)
+        _step_axis(ax, fontsize=8)
+        ax.tick_params(labelsize=7)
+        _legend(ax, ncol=2 if len(variants) > 8 else 1)
+    fig.suptitle(f"{cell.suite}: {cell.label}, δ − fp64 δ replayed on its captures "
+                 "(dotted: divergence)", fontsize=10)  # fmt: skip
     return _save(plt, fig, path)
 
 

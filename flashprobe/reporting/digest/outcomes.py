@@ -6,15 +6,21 @@ A seed's outcome (at a horizon H, `--horizon`, or as far as each run went):
                     diverging by step H)
     no outcome      cut before it finished or diverged (with H: it ended before step H
                     without diverging): it is counted neither way
-as in `flashprobe report` (attribution.failure). A variant's n is its seeds with an outcome;
-Fisher's exact test compares its diverged/n with the reference variant's at the same grid
-point (attribution.ranking.fisher_exact).
+as in `flashprobe report` (attribution.failure). In a suite branched from a checkpoint
+(`branch: {from: SOURCE, step: S}`) a SOURCE run that trained only to step S has no outcome: it
+is the others' starting point, not a run through the horizon. A variant's n is its seeds with an
+outcome; Fisher's exact test compares its diverged/n with the reference variant's at the same
+grid point (attribution.ranking.fisher_exact), the reference's runs in this suite or in the
+suite it is borrowed from (digest.reference).
+
+The control check (issue 23): a variant passes when none of its seeds diverged within twice the
+reference's median divergence step and every seed ran at least that far.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +41,15 @@ class SeedOutcome:
     @property
     def seed(self) -> int:
         return self.cell.seed
+
+    @property
+    def label(self) -> str:
+        """What the seed did, in a few words (the outcome table's steps per seed)."""
+        if self.status == DIVERGED:
+            return f"diverged at {self.step}"
+        if self.status == NOT_DIVERGED:
+            return f"{self.step}, not diverged"
+        return f"no outcome ({self.why})"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -98,7 +113,12 @@ class VariantOutcome:
         }  # fmt: skip
 
 
-def seed_outcome(cell: DigestCell, horizon: int | None = None) -> SeedOutcome:
+Branch = tuple[str, int]  # (the branch source variant, the branch step)
+
+
+def seed_outcome(
+    cell: DigestCell, horizon: int | None = None, branch: Branch | None = None
+) -> SeedOutcome:
     rule = FailureRule(horizon=horizon)
     step = cell.diverged_step
     failed = rule.step({"diverged": step is not None, "diverged_step": step}, ())
@@ -106,36 +126,61 @@ def seed_outcome(cell: DigestCell, horizon: int | None = None) -> SeedOutcome:
     if failed is not None:
         return SeedOutcome(cell, DIVERGED, failed)
     bound = "" if cell.reached_is_exact else "≥"
+    if branch is not None and cell.variant == branch[0] and reached <= branch[1]:
+        why = f"branch source, trained to the branch step {branch[1]} only"
+        return SeedOutcome(cell, NO_OUTCOME, reached, why)
     if horizon is None:
         if cell.finished:
             return SeedOutcome(cell, NOT_DIVERGED, reached)
-        return SeedOutcome(cell, NO_OUTCOME, reached, f"cut at {bound}{reached} steps, unfinished")
+        return SeedOutcome(cell, NO_OUTCOME, reached, f"cut at {bound}{reached}")
     if reached >= horizon:
         return SeedOutcome(cell, NOT_DIVERGED, reached)
     if cell.finished:
-        why = f"ended at {reached} steps, before the horizon {horizon}"
+        why = f"ended at {reached}, before the horizon {horizon}"
     else:
-        why = f"cut at {bound}{reached} steps, before the horizon {horizon}"
+        why = f"cut at {bound}{reached}, before the horizon {horizon}"
     return SeedOutcome(cell, NO_OUTCOME, reached, why)
 
 
+def branch_point(cells: Sequence[DigestCell]) -> Branch | None:
+    """(source, step) of the branched cells among `cells` (their cell.json records it)."""
+    for cell in cells:
+        source, step = cell.meta.get("branch_from"), cell.meta.get("branch_step")
+        if source is not None and isinstance(step, int):
+            return str(source), step
+    return None
+
+
 def variant_outcomes(
-    cells: Sequence[DigestCell], horizon: int | None = None, reference: str | None = None
+    cells: Sequence[DigestCell],
+    horizon: int | None = None,
+    reference: str | None = None,
+    *,
+    reference_suite: str | None = None,
+    branches: Mapping[str, Branch] | None = None,
 ) -> list[VariantOutcome]:
     """Per (suite, variant, grid point), in `cells` order; Fisher p against `reference` at the
-    same suite and point where both have seeds with an outcome."""
+    same point, in the same suite or in `reference_suite` (borrowed), where both have seeds with
+    an outcome. branches: suite → its branch point (default: read off the cells)."""
+    if branches is None:
+        branches = {s: b for s in {c.suite for c in cells}
+                    if (b := branch_point([c for c in cells if c.suite == s]))}  # fmt: skip
     groups: dict[tuple[str, str, str], list[DigestCell]] = {}
     for cell in cells:
         groups.setdefault((cell.suite, cell.variant, cell.point_label), []).append(cell)
     plain = {
         key: VariantOutcome(
-            *key, tuple(seed_outcome(c, horizon) for c in sorted(members, key=lambda c: c.seed))
+            *key,
+            tuple(
+                seed_outcome(c, horizon, branches.get(key[0]))
+                for c in sorted(members, key=lambda c: c.seed)
+            ),
         )
         for key, members in groups.items()
     }
     out = []
     for (suite, variant, point), row in plain.items():
-        ref = plain.get((suite, reference, point)) if reference else None
+        ref = plain.get((reference_suite or suite, reference, point)) if reference else None
         p = None
         if ref is not None and variant != reference and row.n and ref.n:
             p = fisher_exact(len(row.diverged), row.n, len(ref.diverged), ref.n)
@@ -143,14 +188,69 @@ def variant_outcomes(
     return out
 
 
-def control_check(rows: Sequence[VariantOutcome], reference: str) -> list[str]:
-    """Issue 23's test of a control: does it train to twice the reference's median divergence
-    step without diverging? One line per other variant (same suite and point). Judged on each
-    run's whole length, whatever the horizon."""
-    lines = []
+@dataclass(frozen=True)
+class ControlCheck:
+    """Issue 23's test of a control: no seed diverged within `bound` (twice the reference's
+    median divergence step) and every seed ran at least that far. Judged on each run's whole
+    length, whatever the horizon."""
+
+    row: VariantOutcome
+    reference: VariantOutcome
+    bound: float
+    early: tuple[SeedOutcome, ...]  # diverged at or before the bound
+    short: tuple[SeedOutcome, ...]  # stopped before the bound without diverging
+    clean: tuple[SeedOutcome, ...]  # ran to the bound without diverging by then
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.row.seeds) and not self.early and not self.short
+
+    @property
+    def verdict(self) -> str:
+        return "passes" if self.passed else "does not pass"
+
+    @property
+    def why(self) -> str:
+        """Exactly why (not): every seed, by what it did."""
+        parts = []
+        if self.early:
+            at = ", ".join(f"seed {s.seed} at {s.cell.diverged_step}" for s in self.early)
+            parts.append(f"diverged within {self.bound:g}: {at}")
+        if self.short:
+            at = ", ".join(f"seed {s.seed} at {_reached(s)}" for s in self.short)
+            parts.append(f"stopped short of {self.bound:g} without diverging: {at}")
+        if self.clean:
+            at = ", ".join(f"seed {s.seed} ({_ran(s)})" for s in self.clean)
+            parts.append(f"ran past {self.bound:g} without diverging by then: {at}")
+        return "; ".join(parts) or "no seeds"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "variant": self.row.variant,
+            "suite": self.row.suite,
+            "point": self.row.point or None,
+            "reference": self.reference.variant,
+            "reference_suite": self.reference.suite,
+            "reference_median_step": self.reference.median_step,
+            "bound": self.bound,
+            "passed": self.passed,
+            "why": self.why,
+            "diverged_within": {str(s.seed): s.cell.diverged_step for s in self.early},
+            "stopped_short": {str(s.seed): s.cell.steps_reached for s in self.short},
+            "ran_past": {str(s.seed): s.cell.steps_reached for s in self.clean},
+        }
+
+
+def control_check(
+    rows: Sequence[VariantOutcome], reference: str, reference_suite: str | None = None
+) -> list[ControlCheck]:
+    """The control check of every variant but the reference against the reference's row at
+    the same point (in its own suite, or in `reference_suite`); none where the reference has
+    no diverged seed there."""
     refs = {(r.suite, r.point): r for r in rows if r.variant == reference}
+    out = []
     for row in rows:
-        ref = refs.get((row.suite, row.point))
+        ref = refs.get((reference_suite or row.suite, row.point))
         if row.variant == reference or ref is None or ref.median_step is None:
             continue
         bound = 2 * ref.median_step
@@ -158,22 +258,19 @@ def control_check(rows: Sequence[VariantOutcome], reference: str) -> list[str]:
         for s in row.seeds:
             step = s.cell.diverged_step
             if step is not None and step <= bound:
-                early.append(f"seed {s.seed} at {step}")
+                early.append(s)
             elif step is not None or s.cell.steps_reached >= bound:
                 clean.append(s)
             else:
-                exact = "" if s.cell.reached_is_exact else "≥"
-                short.append(f"seed {s.seed} at {exact}{s.cell.steps_reached}")
-        parts = [f"{len(clean)} of {len(row.seeds)} seeds trained past it without diverging"]
-        if early:
-            parts.append(f"{len(early)} diverged before it ({', '.join(early)})")
-        if short:
-            parts.append(
-                f"{len(short)} stopped short of it without diverging ({', '.join(short)}): "
-                "no verdict for them"
-            )
-        lines.append(
-            f"{row.variant}: twice {reference}'s median divergence step is {bound:g}; "
-            + "; ".join(parts)
-        )
-    return lines
+                short.append(s)
+        out.append(ControlCheck(row, ref, bound, tuple(early), tuple(short), tuple(clean)))
+    return out
+
+
+def _reached(s: SeedOutcome) -> str:
+    return f"{'' if s.cell.reached_is_exact else '≥'}{s.cell.steps_reached}"
+
+
+def _ran(s: SeedOutcome) -> str:
+    step = s.cell.diverged_step
+    return f"diverged at {step}" if step is not None else f"{_reached(s)} steps"

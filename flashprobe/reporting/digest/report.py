@@ -1,10 +1,12 @@
 """`flashprobe digest-report`: the results of several digests as tables (markdown, text, JSON).
 
 Per suite: the outcomes per variant (digest.outcomes) with Fisher's exact test against a
-reference variant and the control check of issue 23 (twice the reference's median divergence
+reference variant (its runs in the suite, or borrowed from another suite of the same regime:
+digest.reference), the control check of issue 23 (twice the reference's median divergence
 step), the spectral norm rise per run (digest.rise), the per-layer spectral norms of the
-chosen runs, the attention summary per run (digest.attention), the superseded runs
-(digest.pooling) and notes on what the counts leave out.
+chosen runs, the attention summary per run (digest.attention), the δ replay of the replayed
+runs (digest.replay), the superseded runs (digest.pooling) and notes on what the counts leave
+out (a branched suite's branch point among them).
 """
 
 from __future__ import annotations
@@ -19,8 +21,16 @@ from tabulate import tabulate
 
 from flashprobe.errors import FlashprobeError
 from flashprobe.reporting.digest import attention as att
-from flashprobe.reporting.digest.outcomes import VariantOutcome, control_check, variant_outcomes
+from flashprobe.reporting.digest.outcomes import (
+    Branch,
+    ControlCheck,
+    VariantOutcome,
+    branch_point,
+    control_check,
+    variant_outcomes,
+)
 from flashprobe.reporting.digest.pooling import Superseded, one_run_per_seed
+from flashprobe.reporting.digest.reference import reference_runs
 from flashprobe.reporting.digest.rise import RiseResult, RiseRule, rises, trajectories
 from flashprobe.reporting.digest.schema import Digest, DigestCell, load_digest
 from flashprobe.reporting.render import render_json
@@ -28,12 +38,35 @@ from flashprobe.reporting.render import render_json
 FORMATS = ("markdown", "text", "json")
 ORDER_SHOWN = 5  # layers of the rise order in the tables (all in JSON)
 SUPERSEDED_SHOWN = 10
-OUTCOME_COLS = ["variant", "seeds", "n", "diverged", "diverged at", "median step",
-                "not diverged (steps)", "no outcome (steps)"]  # fmt: skip
+OUTCOME_COLS = ["variant", "seeds", "n", "diverged", "median divergence step",
+                "steps per seed"]  # fmt: skip
 OUTCOME_LEGEND = (
-    "n: seeds with an outcome. diverged at: seed: step (0-based). median step: of the diverged "
-    "seeds. no outcome: cut before finishing (or before the horizon) without diverging; "
-    "counted neither way."
+    "n: seeds with an outcome. diverged: k/n. median divergence step: of the diverged seeds "
+    "(0-based). steps per seed: its divergence step, or the steps it trained without "
+    "diverging; no outcome: cut before finishing (or before the horizon) without diverging "
+    "(≥: it may have trained past its last log or checkpoint), counted neither way."
+)
+CONTROL_COLS = ["variant", "seeds", "bound (steps)", "verdict", "why"]
+DELTA_COLS = ["variant", "layer", "step", "δ error mean", "sign", "t", "heads > 0",
+              "running sum"]  # fmt: skip
+DELTA_LEGEND = (
+    "Error = the variant's δ = rowsum(dO∘O) − the fp64 golden's, replayed on the run's captured "
+    "Q, K, V, dO (`flashprobe replay`). δ error mean: per row, over the layer's heads and "
+    "captured tokens; t: that mean's t statistic over the rows of every head; heads > 0: "
+    "heads whose mean δ error is positive; running sum: the δ error summed over tokens and "
+    "heads, then over the captured steps so far (the paper's Fig. 5a). A bias: one sign at "
+    "every step, |t| well above 2, a running sum that grows one way."
+)
+REPLAY_SUMMARY_COLS = ["variant", "δ bias per row", "largest δ t", "δ coherence",
+                       "growth exponent", "O bias per row", "dQ rel. error",
+                       "matches capture"]  # fmt: skip
+REPLAY_SUMMARY_LEGEND = (
+    "Over every captured step (after the divergence too), layer and head "
+    "(attribution.replay_summary): δ bias: |Σ δ error| per (layer, head), summed, per row; "
+    "largest δ t: the (step, layer, head) t largest in magnitude; δ coherence: |Σ_steps| / "
+    "Σ_steps |·| of the δ error sums (1: one sign throughout); growth exponent: of the summed δ "
+    "error over sequence prefixes (≈ 1 bias, ≈ 0.5 noise); matches capture: the replay of the "
+    "run's own variant reproduces its captured O bit for bit."
 )
 RISE_COLS = ["variant", "seed", "matrix", "from step", "first to rise", "diverged at",
              "lead (steps)", "order", "largest growth"]  # fmt: skip
@@ -66,6 +99,14 @@ class DigestSuiteReport:
     superseded: list[Superseded]
     notes: list[str]
     cells: list[DigestCell] = field(repr=False)
+    controls: list[ControlCheck] = field(default_factory=list)
+    reference_suite: str | None = None  # where the reference row comes from (None: none)
+    branch: Branch | None = None
+
+    @property
+    def replayed(self) -> list[DigestCell]:
+        """The counted runs whose digest holds their δ replay."""
+        return [c for c in self.cells if c.replay is not None]
 
     @property
     def has_points(self) -> bool:
@@ -77,7 +118,16 @@ class DigestSuiteReport:
             "reference": self.reference,
             "horizon": self.horizon,
             "rise_rule": self.rule.describe(),
+            "reference_suite": self.reference_suite,
+            "branch": None if self.branch is None else {"from": self.branch[0],
+                                                        "step": self.branch[1]},
             "outcomes": [o.to_dict() for o in self.outcomes],
+            "control_check": [c.to_dict() for c in self.controls],
+            "replay": [
+                {"variant": c.variant, "seed": c.seed, "point": c.point_label or None,
+                 "diverged_step": c.diverged_step, **c.replay.to_dict()}
+                for c in self.replayed if c.replay is not None
+            ],
             "spectral_rise": [r.to_dict() for r in self.rises],
             "attention": [a.to_dict() for a in self.attention],
             "trajectories": [
@@ -129,12 +179,14 @@ def build_digest_reports(
     if suite is not None and suite not in suites:
         raise FlashprobeError(f"no suite {suite!r} in the digests; suites: {', '.join(suites)}")
     names = [suite] if suite is not None else suites
-    if reference is not None and not any(c.variant == reference for c in every if c.suite in names):
-        variants = sorted({c.variant for c in every if c.suite in names})
+    if reference is not None and not any(c.variant == reference for c in every):
+        variants = sorted({c.variant for c in every})
         raise FlashprobeError(
             f"no variant {reference!r} in the digests; variants: {', '.join(variants)}"
         )
     declared = _declared_references(digests)
+    counted, _ = one_run_per_seed(every)
+    branches = _branches(digests, counted)
     return [
         _suite_report(
             name,
@@ -145,6 +197,8 @@ def build_digest_reports(
             reference is None,
             rule,
             chosen,
+            counted,
+            branches,
         )
         for name in names
     ]
@@ -159,11 +213,23 @@ def _suite_report(
     inferred: bool,
     rule: RiseRule,
     chosen: Sequence[str],
+    counted: Sequence[DigestCell],
+    branches: Mapping[str, Branch],
 ) -> DigestSuiteReport:
     cells, superseded = one_run_per_seed(every)
-    variants = {c.variant for c in cells}
     notes = [_sources(digests, name)]
-    if reference is not None and reference not in variants:
+    branch = branches.get(name)
+    if branch is not None:
+        notes.append(_branch_note(branch, cells))
+    borrowed: tuple[DigestCell, ...] = ()
+    reference_suite = None
+    if reference is not None:
+        found = reference_runs(name, counted, reference, horizon=horizon, branches=branches)
+        notes += found.notes
+        borrowed = found.borrowed
+        if borrowed or any(c.variant == reference for c in cells):
+            reference_suite = found.suite
+    if reference is not None and reference_suite is None:
         notes.append(f"no reference variant {reference!r} in this suite: no Fisher tests")
         reference = None
     elif reference is not None and inferred:
@@ -171,10 +237,19 @@ def _suite_report(
     if reference is None:
         notes.append("no reference variant: --reference VARIANT adds Fisher tests and controls")
     cells = sorted(cells, key=lambda c: (c.variant != reference, c.variant, c.point_label, c.seed))
-    outcomes = variant_outcomes(cells, horizon, reference)
+    outcomes = variant_outcomes(
+        [*borrowed, *cells], horizon, reference, reference_suite=reference_suite,
+        branches=branches,
+    )  # fmt: skip
+    controls: list[ControlCheck] = []
     if reference is not None:
-        notes += control_check(outcomes, reference)
+        controls = control_check(outcomes, reference, reference_suite)
+        if not controls and any(o.variant != reference for o in outcomes):
+            notes.append(
+                f"no control check: {reference} has no diverged seed (no median divergence step)"
+            )
     notes += _run_notes(cells, superseded, horizon)
+    notes += _replay_notes(digests, name, cells, superseded)
     results = rises(cells, rule, horizon)
     resolutions = sorted({r.trajectory.resolution for r in results if r.trajectory.resolution})
     if resolutions:
@@ -196,7 +271,59 @@ def _suite_report(
         superseded=superseded,
         notes=notes,
         cells=cells,
+        controls=controls,
+        reference_suite=reference_suite,
+        branch=branch,
     )
+
+
+def _branches(digests: Sequence[Digest], cells: Sequence[DigestCell]) -> dict[str, Branch]:
+    """suite → (source, step): from its branched runs' cell.json, else its suite.json."""
+    out: dict[str, Branch] = {}
+    for digest in digests:
+        for name, raw in digest.suites.items():
+            branch = raw.get("branch") if isinstance(raw, Mapping) else None
+            if isinstance(branch, Mapping) and isinstance(branch.get("step"), int):
+                if branch.get("from") is not None:
+                    out[str(name)] = (str(branch["from"]), int(branch["step"]))
+    for name in {c.suite for c in cells}:
+        found = branch_point([c for c in cells if c.suite == name])
+        if found is not None:
+            out[name] = found
+    return out
+
+
+def _branch_note(branch: Branch, cells: Sequence[DigestCell]) -> str:
+    source, step = branch
+    text = (
+        f"branch point: every variant but {source} starts from {source}'s checkpoint at step "
+        f"{step} of its seed (steps 0–{step - 1} are {source}'s, in the same data order); steps "
+        f"count from the start of {source}'s run"
+    )
+    cut = [c for c in cells if c.variant == source and c.steps_reached <= step]
+    if cut and not any(c.diverged_step is not None for c in cut):
+        seeds = ",".join(str(c.seed) for c in sorted(cut, key=lambda c: c.seed))
+        text += f"; {source} trained only to step {step} here (seeds {seeds}): no outcome"
+    return text
+
+
+def _replay_notes(
+    digests: Sequence[Digest],
+    suite: str,
+    cells: Sequence[DigestCell],
+    superseded: Sequence[Superseded],
+) -> list[str]:
+    out = []
+    old = [d.path.name for d in digests if d.version < 3 and any(c.suite == suite for c in d.cells)]
+    if old:
+        out.append(f"digests of format v1/v2 ({', '.join(old)}) carry no δ replay results")
+    for cell in cells:
+        if cell.replay is not None and cell.replay.error is not None:
+            out.append(f"{cell.label}: its replay.json was not read: {cell.replay.error}")
+    hidden = [s.cell.label for s in superseded if s.cell.replay is not None]
+    if hidden:
+        out.append(f"superseded runs with a δ replay, not shown: {', '.join(hidden)}")
+    return out
 
 
 def choose_cells(
@@ -298,6 +425,8 @@ def _render_text(r: DigestSuiteReport, *, markdown: bool) -> str:
     ref = r.reference or "none"
     outcome_cols = [*OUTCOME_COLS[:1], *point, *OUTCOME_COLS[1:], f"Fisher p vs {ref}"]
     rise_cols = [*RISE_COLS[:1], *point, *RISE_COLS[1:]]
+    if r.reference_suite not in (None, r.suite):
+        ref += f" (suite {r.reference_suite})"
     out = [
         f"# Suite {r.suite}" if markdown else f"Suite {r.suite}",
         f"Reference: {ref}. Outcomes {at}.",
@@ -306,6 +435,12 @@ def _render_text(r: DigestSuiteReport, *, markdown: bool) -> str:
         table(_outcome_rows(r), outcome_cols),
         "",
         OUTCOME_LEGEND,
+    ]
+    if r.controls:
+        out += ["", heading("Control check: twice the reference's median divergence step")]
+        cols = [CONTROL_COLS[0], *point, *CONTROL_COLS[1:]]
+        out += [_control_intro(r), "", table(_control_rows(r), cols)]
+    out += [
         "",
         heading(f"Spectral norm rise: which layer first ({r.rule.factor:g}× rule)"),
         table(_rise_rows(r), rise_cols),
@@ -321,6 +456,8 @@ def _render_text(r: DigestSuiteReport, *, markdown: bool) -> str:
     out += ["", heading("Attention: max logit, tie events, P̄ = 1 entries (sum over heads)")]
     out.append(table(_attention_rows(r), [*ATTENTION_COLS[:1], *point, *ATTENTION_COLS[1:]]))
     out += ["", ATTENTION_LEGEND]
+    for cell in r.replayed:
+        out += ["", *_replay_section(cell, heading, table)]
     if r.superseded:
         out += ["", heading("Superseded runs")]
         shown = r.superseded[:SUPERSEDED_SHOWN]
@@ -337,18 +474,116 @@ def _outcome_rows(r: DigestSuiteReport) -> list[list[Any]]:
     for o in r.outcomes:
         rows.append(
             [
-                o.variant,
+                o.variant + ("" if o.suite == r.suite else f" (suite {o.suite})"),
                 *([o.point or "-"] if r.has_points else []),
                 ",".join(str(s.seed) for s in o.seeds),
                 o.n,
                 f"{len(o.diverged)}/{o.n}",
-                ", ".join(f"{s.seed}: {s.step}" for s in o.diverged) or None,
                 o.median_step,
-                ", ".join(f"{s.seed}: {s.step}" for s in o.not_diverged) or None,
-                ", ".join(f"{s.seed}: {_bound(s.cell)}{s.step}" for s in o.no_outcome) or None,
+                "; ".join(f"{s.seed}: {s.label}" for s in o.seeds),
                 o.fisher_p,
             ]
         )
+    return rows
+
+
+def _control_intro(r: DigestSuiteReport) -> str:
+    bounds = {id(c.reference): (c.reference, c.bound) for c in r.controls}
+    parts = []
+    for ref, bound in bounds.values():
+        where = "" if ref.suite == r.suite else f" of suite {ref.suite}"
+        point = f" [{ref.point}]" if ref.point else ""
+        seeds = ", ".join(f"{s.seed}: {s.step}" for s in ref.diverged)
+        parts.append(
+            f"{ref.variant}{where}{point}: median divergence step {bound / 2:g} "
+            f"(diverged seeds {seeds}), twice {bound:g}"
+        )
+    return (
+        "; ".join(parts) + ". A variant passes when none of its seeds diverged within twice "
+        "that step and every seed ran at least that far (judged on each run's whole length)."
+    )
+
+
+def _control_rows(r: DigestSuiteReport) -> list[list[Any]]:
+    return [
+        [
+            c.row.variant,
+            *([c.row.point or "-"] if r.has_points else []),
+            ",".join(str(s.seed) for s in c.row.seeds),
+            c.bound,
+            c.verdict,
+            c.why,
+        ]
+        for c in r.controls
+    ]
+
+
+def _replay_section(cell: DigestCell, heading: Any, table: Any) -> list[str]:
+    replay = cell.replay
+    assert replay is not None
+    title = f"δ replay: {cell.label}"
+    if replay.error is not None:
+        return [heading(title), f"Its replay.json was not read: {replay.error}"]
+    diverged = cell.diverged_step
+    layers = ", ".join(map(str, replay.layers)) or "-"
+    steps = ", ".join(map(str, replay.steps)) or "-"
+    later = [s for s in replay.steps if diverged is not None and s >= diverged]
+    scope = (
+        f"the run diverged at step {diverged}: the captures before it"
+        if diverged is not None
+        else "the run did not diverge: every capture"
+    )
+    if later:
+        what = "the capture at step" if len(later) == 1 else "the captures at steps"
+        scope += f" (left out: {what} {', '.join(map(str, later))})"
+    out = [
+        heading(title),
+        f"Captures of layers {layers} at steps {steps} of {replay.source_cell or cell.name}, "
+        f"replayed on the {replay.backend or '?'} backend; {scope}.",
+        "",
+        table(_delta_rows(cell), DELTA_COLS),
+        "",
+        DELTA_LEGEND,
+        "",
+        table(_replay_summary_rows(cell), REPLAY_SUMMARY_COLS),
+        "",
+        REPLAY_SUMMARY_LEGEND,
+    ]
+    notes = [*replay.notes]
+    if replay.weight_gradient:
+        notes.append(f"weight gradient: {replay.weight_gradient}")
+    out += [f"- {n}" for n in notes]
+    return out
+
+
+def _replay_variants(cell: DigestCell) -> list[str]:
+    """The run's own variant first, then the digest's order."""
+    assert cell.replay is not None
+    names = cell.replay.variants
+    return sorted(names, key=lambda v: v != cell.variant)
+
+
+def _delta_rows(cell: DigestCell) -> list[list[Any]]:
+    assert cell.replay is not None
+    order = {v: i for i, v in enumerate(_replay_variants(cell))}
+    rows = sorted(cell.replay.rows(before=cell.diverged_step), key=lambda x: order[x[0]])
+    return [
+        [variant, layer, d.step, d.mean, d.sign, d.t, f"{d.heads_positive}/{d.heads}",
+         d.running_sum]
+        for variant, layer, d in rows
+    ]  # fmt: skip
+
+
+def _replay_summary_rows(cell: DigestCell) -> list[list[Any]]:
+    assert cell.replay is not None
+    rows = []
+    for variant in _replay_variants(cell):
+        x = cell.replay.summary.get(variant, {})
+        rows.append(
+            [variant, x.get("delta_bias"), x.get("delta_t_max"), x.get("delta_coherence"),
+             x.get("growth_exponent"), x.get("o_bias"), x.get("dq_rel"),
+             x.get("matches_capture")]
+        )  # fmt: skip
     return rows
 
 
@@ -428,10 +663,6 @@ def _attention_rows(r: DigestSuiteReport) -> list[list[Any]]:
 def _ratio(value: float | None) -> str | None:
     """Three decimals: a ratio just under the rise factor must not print as the factor."""
     return None if value is None else f"{value:.3f}"
-
-
-def _bound(cell: DigestCell) -> str:
-    return "" if cell.reached_is_exact else "≥"
 
 
 def _show(value: Any) -> str:

@@ -1,8 +1,8 @@
 """The digest format and its loader (every version).
 
-Version 2 (written by digest.writer), strict JSON (a non-finite number is null):
+Version 3 (written by digest.writer), strict JSON (a non-finite number is null):
 
-    {"format": "flashprobe-digest", "version": 2,
+    {"format": "flashprobe-digest", "version": 3,
      "written_by": {"flashprobe": "0.1.0", "code_version": "..."},
      "store": "/tmp/adamw", "every": 10,
      "suites": {"quick": {...suite.json: the suite as ablate ran it...}},
@@ -20,12 +20,15 @@ Version 2 (written by digest.writer), strict JSON (a non-finite number is null):
                        "p_bar_ones": {...}, "key_shift_leak": {...},
                        "softmax_sum_bias": {...}, "min_row_max": {...}}, ...],
         "spectral": [{"step": 99, "wq": [...], "wk": [...], "wq_head_max": [...],
-                      "wk_head_max": [...]}, ...]}]}
+                      "wk_head_max": [...]}, ...],
+        "replay": {...} | null}]}   # the run's δ replay, compact (digest.replay); null: none
 
     Per layer (keyed by the 0-based layer index): max_logit, key_shift_leak: the largest over
     heads; tie_events, p_bar_ones: summed over heads (null: the attention does not count them,
     sdpa / math); softmax_sum_bias: the mean ΣP − 1 over heads; min_row_max: the smallest over
     heads. wq / wk: each layer's whole W_Q / W_K spectral norm; *_head_max: its largest head's.
+
+Version 2 is version 3 without `replay`: its runs may have been replayed, the digest does not say.
 
 Version 1 (the former scripts/store_digest.py): a bare list of cells with `meta`,
 `summary`, `loss`, `val_loss`, `max_logit` ([step, max logit, ties, leak, ΣP − 1, min row max]
@@ -34,7 +37,7 @@ layer]) and, in the latest, `qk_spectral` ([step, wq, wk, largest W_K head]) and
 ([step, {layer: [ties, P̄ = 1]}]). It has no config, start time, last step or checkpoint step: a cut
 run's steps reached are its last recorded step + 1, and NaN may appear as a bare token.
 
-`load_digest` reads either into DigestCells; anything else is a one-line FlashprobeError.
+`load_digest` reads every version into DigestCells; anything else is a one-line FlashprobeError.
 """
 
 from __future__ import annotations
@@ -47,11 +50,13 @@ from pathlib import Path
 from typing import Any
 
 from flashprobe.errors import FlashprobeError
+from flashprobe.reporting.digest.replay import ReplayDigest
+from flashprobe.reporting.digest.replay import parse as parse_replay
 from flashprobe.suites.cell_config import horizon
 from flashprobe.suites.suite import meta_point, point_label
 
 FORMAT = "flashprobe-digest"
-VERSION = 2
+VERSION = 3
 #: Per-layer attention quantities a record may hold (digest v2 names).
 ATTENTION_FIELDS = (
     "max_logit",
@@ -125,6 +130,7 @@ class DigestCell:
     val_loss: tuple[tuple[int, float | None], ...] = ()
     attention: tuple[AttentionRecord, ...] = ()
     spectral: tuple[SpectralRecord, ...] = ()
+    replay: ReplayDigest | None = None  # v3: the run's δ replay, when it was replayed
     extra: Mapping[str, Any] = field(default_factory=dict)  # other keys (v1 notes: lr, probe)
 
     @property
@@ -273,6 +279,7 @@ def _parse(data: Any, path: Path, order: int) -> Digest:
 
 
 def _v2_cell(raw: Any, path: Path, order: int, index: int, version: int) -> DigestCell:
+    """A cell of a v2 or later digest (v2 has no replay)."""
     cell = _cell_mapping(raw, path, index)
     attention = tuple(
         AttentionRecord(
@@ -290,7 +297,7 @@ def _v2_cell(raw: Any, path: Path, order: int, index: int, version: int) -> Dige
     )
     known = {"meta", "config", "environment", "started", "summary", "last_step",
              "checkpoint_step", "divergence", "skipped_updates", "loss", "val_loss", "attention",
-             "spectral"}  # fmt: skip
+             "spectral", "replay"}  # fmt: skip
     return DigestCell(
         source=path,
         order=order,
@@ -309,6 +316,7 @@ def _v2_cell(raw: Any, path: Path, order: int, index: int, version: int) -> Dige
         val_loss=_val_loss(cell.get("val_loss"), index),
         attention=tuple(sorted(attention, key=lambda r: r.step)),
         spectral=tuple(sorted(spectral, key=lambda r: r.step)),
+        replay=parse_replay(cell.get("replay"), f"cell {index}"),
         extra={k: v for k, v in cell.items() if k not in known},
     )
 

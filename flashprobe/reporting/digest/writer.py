@@ -1,10 +1,12 @@
-"""A result store → a digest (format: digest.schema, version 2).
+"""A result store → a digest (format: digest.schema, version 3).
 
 For bringing results back from a device machine, where a whole store (deep folders, many
 files, checkpoints) cannot travel: per cell its meta, config, environment, summary, the last
 logged step and the latest checkpoint's, the first divergence the metrics recorded, a loss
-curve thinned to about one record per `every` steps, and every attention and spectral record
-reduced over heads.
+curve thinned to about one record per `every` steps, every attention and spectral record
+reduced over heads, and its δ replay's compact form (digest.replay) when `flashprobe replay`
+replayed its captures. A replay.json that cannot be read is noted in the digest, not fatal: the
+training results still come back.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from flashprobe import __version__
 from flashprobe.errors import FlashprobeError
 from flashprobe.reporting.atomic import write_text_atomic, write_text_new
+from flashprobe.reporting.digest import replay as rp
 from flashprobe.reporting.digest.schema import FORMAT, VERSION
 from flashprobe.reporting.render import to_jsonable
 from flashprobe.store import reader as sr
@@ -96,6 +99,7 @@ def digest_cell(cell: sr.CellView, every: int) -> dict[str, Any]:
         "val_loss": [[r["step"], r["val_loss"]] for r in records if "val_loss" in r],
         "attention": [attention_record(r) for r in records if r.get("attention")],
         "spectral": [spectral_record(r) for r in records if r.get("spectral")],
+        "replay": replay_entry(cell),
     }
 
 
@@ -140,6 +144,20 @@ def spectral_record(record: Mapping[str, Any]) -> dict[str, Any]:
         "wq_head_max": [_reduce(max, h) for h in spectral.get("wq_heads") or []] or None,
         "wk_head_max": [_reduce(max, h) for h in spectral.get("wk_heads") or []] or None,
     }
+
+
+def replay_entry(cell: sr.CellView) -> dict[str, Any] | None:
+    """The compact form of the cell's replay.json; None without one; {"error": why} for one
+    that cannot be read."""
+    if not cell.replay_path.is_file():
+        return None
+    try:
+        doc = sr.read_replay(cell)
+        return rp.compact(doc or {})
+    except FlashprobeError as exc:
+        return {"error": str(exc)}
+    except (ValueError, KeyError, TypeError) as exc:
+        return {"error": f"{cell.replay_path}: not a replay this flashprobe reads ({exc})"}
 
 
 def _checkpoint_step(cell: sr.CellView) -> int | None:

@@ -4,6 +4,10 @@ The store: suite "tiny", a 2-layer GPT on the emulator, metrics logged every 10 
 steps 9, 19, 29: what the digest's thinning must keep), spectral norms and attention statistics
 every 10 steps. fa2 seed 0 trains 30 steps; `touchy` seed 0 has a hair-trigger loss rule and
 diverges early; fa2 seed 1 is cut (KeyboardInterrupt, as a killed run) at step 14.
+
+The replayed store: suite "replayed", the same model with captures of layers 0 and 1 at steps
+5, 9 and 25; `touchy` (fa2 numerics) diverges at step 12 and trains on, `paper-code` does not
+diverge; `flashprobe replay` then replays both variants on touchy's captures (emulator).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from flashprobe.attribution.replay import replay_suites
 from flashprobe.runner.branches import check_branches
 from flashprobe.runner.definition import write_suite_definition
 from flashprobe.runner.plan import plan_suite
@@ -26,6 +31,7 @@ from flashprobe.suites.cell_config import normalise_cell_config
 from flashprobe.suites.suite import expand_suite
 
 CUT_AT = 14  # fa2 seed 1 stops after this step
+CAPTURED = [5, 9, 25]  # the replayed store's capture steps (touchy diverges at 12)
 
 TINY: dict[str, Any] = {
     "name": "tiny",
@@ -74,6 +80,26 @@ def tiny_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cut["variants"] = {"fa2": {}}
     with pytest.raises(KeyboardInterrupt):
         _run(cut, root, _CutAt(CUT_AT))
+    return root
+
+
+@pytest.fixture(scope="session")
+def replayed_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("replayed") / "store"
+    raw = copy.deepcopy(TINY)
+    raw["name"] = "replayed"
+    raw["base"]["capture"] = {"layers": [0, 1], "steps": CAPTURED, "max_bytes": 10_000_000}
+    raw["variants"] = {
+        "touchy": {"divergence": {"rise_margin": 1e-6, "min_step": 12, "patience": 1,
+                                  "stop": False}},
+        "paper-code": {"kernel": {"preset": "paper-code", "block_n": 16}},
+    }  # fmt: skip
+    raw["replay"] = {"baseline": "touchy", "backend": "emulator"}
+    _run(raw, root)
+    assert [name for name, _ in replay_suites(root)] == ["replayed"]
+    (touchy,) = (root / "replayed").glob("touchy--*")
+    step = json.loads((touchy / "summary.json").read_text())["diverged_step"]
+    assert CAPTURED[1] < step < CAPTURED[2], step  # captures on both sides of the divergence
     return root
 
 

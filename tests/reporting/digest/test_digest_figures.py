@@ -60,3 +60,14 @@ def test_one_record_runs_grid_points_and_missing_series(tmp_path: Path, make) ->
         "s_paper-code_lr=2e-3_seed0_spectral_norm.png",
         "s_tie_counts.png",
     ]  # fa2 seed 3 has no attention or spectral records: no per-run figures
+
+
+def test_the_delta_running_sum_of_a_replayed_run(replayed_store: Path, tmp_path: Path) -> None:
+    from flashprobe.reporting.digest.figures import write_figures
+
+    digest = tmp_path / "replayed.json"
+    write_digest(replayed_store, digest)
+    (report,) = build_digest_reports(load_digests([digest]), reference="touchy")
+    names = _pngs(write_figures(report, tmp_path / "figs"))
+    assert "replayed_touchy_seed0_delta_running_sum.png" in names
+    assert not [n for n in names if n.startswith("replayed_paper-code_seed0_delta")]  # no replay

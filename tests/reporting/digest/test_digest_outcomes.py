@@ -12,6 +12,7 @@ from flashprobe.reporting.digest.outcomes import (
     DIVERGED,
     NO_OUTCOME,
     NOT_DIVERGED,
+    branch_point,
     control_check,
     seed_outcome,
     variant_outcomes,
@@ -32,7 +33,9 @@ def test_seed_outcomes_without_a_horizon(tmp_path: Path, make) -> None:
     ])  # fmt: skip
     got = [(o.status, o.step) for o in map(seed_outcome, cells)]
     assert got == [(DIVERGED, 1500), (NOT_DIVERGED, 3000), (NO_OUTCOME, 2300), (DIVERGED, 900)]
-    assert "cut at ≥2300 steps" in seed_outcome(cells[2]).why
+    assert seed_outcome(cells[2]).label == "no outcome (cut at ≥2300)"
+    assert seed_outcome(cells[0]).label == "diverged at 1500"
+    assert seed_outcome(cells[1]).label == "3000, not diverged"
 
 
 def test_seed_outcomes_at_a_horizon(tmp_path: Path, make) -> None:
@@ -52,7 +55,7 @@ def test_seed_outcomes_at_a_horizon(tmp_path: Path, make) -> None:
         (NO_OUTCOME, 1000),
     ]
     assert "before the horizon 2000" in seed_outcome(cells[3], 2000).why
-    assert "ended at 1000 steps" in seed_outcome(cells[4], 2000).why
+    assert seed_outcome(cells[4], 2000).why == "ended at 1000, before the horizon 2000"
 
 
 def test_variant_rows_median_and_fisher(tmp_path: Path, make) -> None:
@@ -68,7 +71,7 @@ def test_variant_rows_median_and_fisher(tmp_path: Path, make) -> None:
     assert fa2.fisher_p == pytest.approx(fisher_exact(0, 4, 5, 5))
     assert fa2.fisher_p < 0.01
     data = fa2.to_dict()
-    assert data["no_outcome"] == {"4": {"reached": 20, "why": "cut at ≥20 steps, unfinished"}}
+    assert data["no_outcome"] == {"4": {"reached": 20, "why": "cut at ≥20"}}
     assert data["not_diverged_reached"] == {"0": 100, "1": 100, "2": 100, "3": 100}
 
 
@@ -90,11 +93,57 @@ def test_control_check_at_twice_the_reference_median(tmp_path: Path, make) -> No
         make.cell("paper-code", 1, planned=4000, diverged=1200),
         make.cell("fa2", 0, planned=4000),  # trained past 2200
         make.cell("fa2", 1, planned=4000, diverged=3000),  # diverged past 2200
-        make.cell("fa2", 2, planned=4000, diverged=2000),  # diverged before 2200
+        make.cell("fa2", 2, planned=4000, diverged=2200),  # diverged at 2200: within
         make.cell("fa2", 3, planned=4000, reached=1500, finished=False),  # cut short
+        make.cell("fp32", 0, planned=4000),
+        make.cell("fp32", 1, planned=2200),  # exactly to the bound: far enough
+        make.cell("bf16", 0, planned=4000, reached=2199),  # one step short, finished
     ])  # fmt: skip
-    (line,) = control_check(variant_outcomes(cells, reference="paper-code"), "paper-code")
-    assert "twice paper-code's median divergence step is 2200" in line
-    assert "2 of 4 seeds trained past it without diverging" in line
-    assert "1 diverged before it (seed 2 at 2000)" in line
-    assert "1 stopped short of it without diverging (seed 3 at ≥1500): no verdict" in line
+    checks = control_check(variant_outcomes(cells, reference="paper-code"), "paper-code")
+    by = {c.row.variant: c for c in checks}
+    assert set(by) == {"fa2", "fp32", "bf16"}
+    fa2 = by["fa2"]
+    assert fa2.bound == 2200 and not fa2.passed and fa2.verdict == "does not pass"
+    assert [s.seed for s in fa2.early] == [2] and [s.seed for s in fa2.short] == [3]
+    assert [s.seed for s in fa2.clean] == [0, 1]
+    assert fa2.why == (
+        "diverged within 2200: seed 2 at 2200; "
+        "stopped short of 2200 without diverging: seed 3 at ≥1500; "
+        "ran past 2200 without diverging by then: seed 0 (4000 steps), seed 1 (diverged at 3000)"
+    )
+    assert by["fp32"].passed and by["fp32"].verdict == "passes"
+    assert not by["bf16"].passed and by["bf16"].why.startswith("stopped short of 2200")
+    data = fa2.to_dict()
+    assert data["reference_median_step"] == 1100 and data["passed"] is False
+    assert data["diverged_within"] == {"2": 2200} and data["stopped_short"] == {"3": 1500}
+
+
+def test_control_check_against_a_reference_of_another_suite(tmp_path: Path, make) -> None:
+    cells = _cells(tmp_path, make, [
+        make.cell("paper-code", 0, suite="quick", diverged=40),
+        make.cell("fa2", 0, suite="controls"),
+        make.cell("fa2", 1, suite="controls", diverged=60),
+    ])  # fmt: skip
+    rows = variant_outcomes(cells, reference="paper-code", reference_suite="quick")
+    fa2 = next(r for r in rows if r.variant == "fa2")
+    assert fa2.fisher_p == pytest.approx(fisher_exact(1, 2, 1, 1))
+    (check,) = control_check(rows, "paper-code", "quick")
+    assert check.reference.suite == "quick" and check.bound == 80
+    assert [s.seed for s in check.early] == [1] and not check.passed
+    assert control_check(rows, "paper-code") == []  # no paper-code in the suite itself
+
+
+def test_a_branch_source_cut_at_the_branch_step_has_no_outcome(tmp_path: Path, make) -> None:
+    source = make.cell("paper-code", 0, planned=500)
+    branched = make.cell("acc-fp32", 0, planned=4000, diverged=1700)
+    branched["meta"].update(branch_from="paper-code", branch_step=500)
+    early = make.cell("paper-code", 1, planned=500, diverged=420)  # diverged before it
+    cells = _cells(tmp_path, make, [source, early, branched])
+    assert branch_point(cells) == ("paper-code", 500)
+    got = seed_outcome(cells[0], branch=("paper-code", 500))
+    assert (got.status, got.step) == (NO_OUTCOME, 500)
+    assert got.label == "no outcome (branch source, trained to the branch step 500 only)"
+    assert seed_outcome(cells[0]).status == NOT_DIVERGED  # without the branch point
+    assert seed_outcome(cells[1], branch=("paper-code", 500)).status == DIVERGED
+    rows = {r.variant: r for r in variant_outcomes(cells, reference="paper-code")}
+    assert rows["paper-code"].n == 1 and rows["acc-fp32"].n == 1

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from flashprobe.attribution.ranking import fisher_exact
 from flashprobe.errors import FlashprobeError
 from flashprobe.reporting.digest.report import (
     build_digest_reports,
@@ -45,11 +46,18 @@ def test_pooled_outcomes_and_notes(tmp_path: Path, make) -> None:
     ]
     assert [s.cell.describe_source() for s in report.superseded] == ["a.json#1"]
     text = render_digest_reports([report], "markdown")
-    assert "| paper-code | 0,1     | 2   | 2/2        | 0: 300, 1: 200" in text
-    assert "0: ≥350" in text and "1: 100" in text  # fa2: the rerun counts; seed 1 finished
+    assert "| paper-code | 0,1     | 2   | 2/2        | 250                      | " in text
+    assert "| 0: diverged at 300; 1: diverged at 200 " in text
+    # fa2: the rerun counts (cut at ≥350, not the earlier 200); seed 1 finished its 100 steps
+    assert "| 0: no outcome (cut at ≥350); 1: 100, not diverged |" in text
     assert "runs of different planned lengths" not in text  # every run planned 100 steps
     assert "1 superseded run(s) not counted" in text
-    assert "twice paper-code's median divergence step is 500" in text
+    assert "## Control check: twice the reference's median divergence step" in text
+    assert "paper-code: median divergence step 250 (diverged seeds 0: 300, 1: 200)" in text
+    assert (
+        "| fa2       | 0,1     | 500             | does not pass | stopped short of 500 without "
+        "diverging: seed 0 at ≥350, seed 1 at 100 |"
+    ) in text
     assert "Spectral norms per layer: paper-code seed 1" not in text
     assert "## Spectral norms per layer: paper-code seed 0" in text  # its first diverged seed
 
@@ -122,3 +130,201 @@ def test_report_of_a_tiny_store(tiny_store: Path, tmp_path: Path) -> None:
     assert [p[0] for p in series["tie_events"]["0"]] == [9, 19, 29]
     text = render_digest_reports([report], "markdown")
     assert "## Outcomes" in text and "## Attention" in text
+
+
+# -- the δ replay section -------------------------------------------------------------------
+def _tables(text: str, heading: str) -> list[list[dict[str, str]]]:
+    """The markdown tables under `heading` (until the next heading), as rows of column → cell."""
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    tables, current = [], []
+    for line in [*section.splitlines(), ""]:
+        if line.startswith("|"):
+            current.append([c.strip() for c in line.strip("|").split("|")])
+        elif current:
+            header, _, *body = current
+            tables.append([dict(zip(header, row, strict=True)) for row in body])
+            current = []
+    return tables
+
+
+def _shown(cell: str) -> float | None:
+    return None if cell == "-" else float(cell)
+
+
+def test_the_replay_section_shows_the_replay_json(replayed_store: Path, tmp_path: Path) -> None:
+    from flashprobe.reporting.digest.replay import pooled_t
+    from flashprobe.store import reader as sr
+
+    out = tmp_path / "replayed.json"
+    write_digest(replayed_store, out)
+    (report,) = build_digest_reports(load_digests([out]), reference="touchy")
+    (cell,) = [c for c in sr.read_cells(replayed_store) if c.variant == "touchy"]
+    doc = sr.read_replay(cell)
+    diverged = cell.summary["diverged_step"]
+    assert [c.label for c in report.replayed] == ["touchy seed 0"]
+    text = render_digest_reports([report], "markdown")
+    heading = "## δ replay: touchy seed 0"
+    assert heading in text
+    assert f"the run diverged at step {diverged}: the captures before it" in text
+    assert "(left out: the capture at step 25)" in text
+    delta, summary = _tables(text, heading)
+    seen = [(r["variant"], int(r["layer"]), int(r["step"])) for r in delta]
+    assert seen == [(v, layer, s) for v in ("touchy", "paper-code") for layer in (0, 1)
+                    for s in (5, 9)]  # fmt: skip
+    for row in delta:
+        key = (row["variant"], int(row["layer"]))
+        recs = [r for r in doc["records"] if (r["variant"], r["layer"]) == key]
+        now = [r for r in recs if r["step"] == int(row["step"])]
+        mean = sum(r["delta_sum"] for r in now) / sum(r["rows"] for r in now)
+        running = sum(r["delta_sum"] for r in recs if r["step"] <= int(row["step"]))
+        t = pooled_t([(r["rows"], r["delta_mean"], r["delta_t"]) for r in now])
+        assert _shown(row["δ error mean"]) == pytest.approx(mean, rel=5e-3)
+        assert row["sign"] == ("+" if mean > 0 else "−")
+        assert _shown(row["t"]) == pytest.approx(t, rel=5e-3, abs=5e-4)
+        assert _shown(row["running sum"]) == pytest.approx(running, rel=5e-3)
+        assert row["heads > 0"] == f"{sum(r['delta_mean'] > 0 for r in now)}/{len(now)}"
+    assert [r["variant"] for r in summary] == ["touchy", "paper-code"]
+    for row in summary:
+        want = doc_summary = json.loads((replayed_store / "replayed" / "replay.json").read_text())[
+            "summary"
+        ][row["variant"]]
+        assert doc_summary is want
+        assert _shown(row["δ bias per row"]) == pytest.approx(want["delta_bias"], rel=5e-3)
+        assert _shown(row["largest δ t"]) == pytest.approx(want["delta_t_max"], rel=5e-3)
+        assert row["matches capture"] == {True: "yes", None: "-"}[want["matches_capture"]]
+    data = json.loads(render_digest_reports([report], "json"))[0]
+    (replay,) = data["replay"]
+    assert replay["variant"] == "touchy" and replay["diverged_step"] == diverged
+    assert [r[0] for r in replay["delta"]["paper-code"]["1"]] == [5, 9, 25]  # JSON: every step
+    assert (
+        "δ replay"
+        not in render_digest_reports(
+            build_digest_reports(load_digests([out]), suite="replayed", reference="touchy"), "text"
+        ).split("Attention")[0]
+    )  # after the attention section, as in markdown
+
+
+def test_old_digests_render_without_a_replay_section(tmp_path: Path, make) -> None:
+    results = Path(__file__).parents[3] / "docs" / "results"
+    old = results / "loss-explosion-adamw-paper-code-fa2.json"
+    v2 = make.digest(tmp_path / "v2.json", [make.cell("paper-code", 5, diverged=1500)])
+    reports = build_digest_reports(load_digests([old, v2]), reference="paper-code")
+    text = render_digest_reports(reports, "markdown")
+    assert "δ replay:" not in text
+    assert f"digests of format v1/v2 ({old.name}) carry no δ replay results" in text
+    assert "digests of format v1/v2 (v2.json) carry no δ replay results" in text
+    (quick,) = [r for r in reports if r.suite == "quick"]
+    rows = {o.variant: o for o in quick.outcomes}
+    assert [s.step for s in rows["paper-code"].diverged] == [1421, 3225, 1659, 1512, 1755]
+    assert "| 0: no outcome (cut at ≥2300); 1: no outcome (cut at ≥2300); 2: no outcome" in text
+    assert json.loads(render_digest_reports(reports, "json"))[0]["replay"] == []
+    assert render_digest_reports(reports, "text")
+
+
+# -- the reference of another suite, branched suites -----------------------------------------
+def _config(kernel: str, steps: int = 4000, lr: float = 2e-3) -> dict:
+    return {"optimizer": {"lr": lr}, "train": {"steps": steps}, "kernel": {"preset": kernel},
+            "divergence": {"min_step": 500}}  # fmt: skip
+
+
+def _with_config(cell: dict, config: dict | None, **meta: object) -> dict:
+    cell["config"] = config
+    cell["meta"].update(meta)
+    return cell
+
+
+def test_a_suite_without_the_reference_borrows_it(tmp_path: Path, make) -> None:
+    quick = [
+        make.cell("paper-code", s, suite="quick", planned=None, diverged=d)
+        for s, d in enumerate([1421, 3225, 1659])
+    ]  # fmt: skip  (v1-like: no config)
+    controls = [
+        _with_config(make.cell("fa2", 0, suite="controls", planned=4000), _config("fa2")),
+        _with_config(make.cell("fa2", 1, suite="controls", planned=4000, diverged=3000),
+                     _config("fa2")),
+        _with_config(make.cell("fp32", 0, suite="controls", planned=4000, reached=2000,
+                               finished=False), _config("fp32")),
+    ]  # fmt: skip
+    paths = [make.digest(tmp_path / "quick.json", quick),
+             make.digest(tmp_path / "controls.json", controls)]  # fmt: skip
+    reports = build_digest_reports(load_digests(paths), reference="paper-code")
+    report = next(r for r in reports if r.suite == "controls")
+    assert report.reference == "paper-code" and report.reference_suite == "quick"
+    notes = " ".join(report.notes)
+    assert "paper-code has no runs in this suite: the reference is its runs of suite quick" in notes
+    assert "not checked: a v1 digest has no config" in notes
+    rows = {(o.suite, o.variant): o for o in report.outcomes}
+    assert rows["controls", "fa2"].fisher_p == pytest.approx(fisher_exact(1, 2, 3, 3))
+    assert [c.row.variant for c in report.controls] == ["fa2", "fp32"]
+    fa2, fp32 = report.controls
+    assert fa2.bound == 3318 and not fa2.passed and fp32.why.startswith("stopped short of 3318")
+    text = render_digest_reports([report], "markdown")
+    assert "Reference: paper-code (suite quick)." in text
+    assert "| paper-code (suite quick) | 0,1,2 " in text
+    assert "## Control check: twice the reference's median divergence step" in text
+    assert "paper-code of suite quick: median divergence step 1659 (diverged seeds 0: 1421" in text
+    assert "diverged within 3318: seed 1 at 3000" in text
+
+
+def test_a_reference_of_another_regime_is_not_borrowed(tmp_path: Path, make) -> None:
+    cells = [
+        _with_config(make.cell("paper-code", 0, suite="muon", diverged=900),
+                     _config("paper-code", lr=1.4e-2)),
+        _with_config(make.cell("paper-code", 0, suite="quick", diverged=1400),
+                     _config("paper-code", steps=3000)),  # planned steps may differ
+        _with_config(make.cell("fa2", 0, suite="controls"), _config("fa2")),
+    ]  # fmt: skip
+    digests = load_digests([make.digest(tmp_path / "d.json", cells)])
+    report = build_digest_reports(digests, suite="controls", reference="paper-code")[0]
+    notes = " ".join(report.notes)
+    assert report.reference_suite == "quick"
+    assert "paper-code of suite muon not borrowed: its config differs: optimizer.lr=0.014" in notes
+    assert "the configs agree but for the kernel, the capture and the planned steps" in notes
+    del cells[1]
+    digests = load_digests([make.digest(tmp_path / "e.json", cells)])
+    report = build_digest_reports(digests, suite="controls", reference="paper-code")[0]
+    assert report.reference is None and not report.controls
+    assert "no reference variant 'paper-code' in this suite" in " ".join(report.notes)
+
+
+def test_a_branched_suite_notes_its_branch_point(tmp_path: Path, make) -> None:
+    quick = [_with_config(make.cell("paper-code", s, suite="quick", diverged=d),
+                          _config("paper-code")) for s, d in enumerate([1421, 1659])]  # fmt: skip
+    branched = {"branch_from": "paper-code", "branch_step": 500}
+    attribution = [
+        *(_with_config(make.cell("paper-code", s, suite="attr", planned=500),
+                       _config("paper-code", steps=500)) for s in (0, 1)),
+        _with_config(make.cell("acc-fp32", 0, suite="attr", diverged=2100),
+                     _config("acc-fp32"), **branched),
+        _with_config(make.cell("acc-fp32", 1, suite="attr", reached=3000, finished=False),
+                     _config("acc-fp32"), **branched),
+    ]  # fmt: skip
+    suites = {"attr": {"branch": {"from": "paper-code", "step": 500},
+                       "replay": {"baseline": "paper-code"}}}  # fmt: skip
+    paths = [make.digest(tmp_path / "q.json", quick),
+             make.digest(tmp_path / "a.json", attribution, suites)]  # fmt: skip
+    (report,) = build_digest_reports(load_digests(paths), suite="attr")
+    assert report.branch == ("paper-code", 500) and report.reference == "paper-code"
+    assert report.reference_suite == "quick"  # its own paper-code only reached the branch step
+    notes = " ".join(report.notes)
+    assert (
+        "branch point: every variant but paper-code starts from paper-code's checkpoint at step "
+        "500 of its seed (steps 0–499 are paper-code's, in the same data order)"
+    ) in notes
+    assert "paper-code trained only to step 500 here (seeds 0,1): no outcome" in notes
+    assert "paper-code has no run with an outcome in this suite" in notes
+    rows = {(o.suite, o.variant): o for o in report.outcomes}
+    own = rows["attr", "paper-code"]
+    assert own.n == 0 and own.fisher_p is None
+    assert [s.label for s in own.seeds] == [
+        "no outcome (branch source, trained to the branch step 500 only)"
+    ] * 2
+    assert rows["attr", "acc-fp32"].n == 1 and rows["attr", "acc-fp32"].fisher_p == 1.0
+    (check,) = report.controls
+    assert check.bound == 3080 and check.why == (
+        "diverged within 3080: seed 0 at 2100; stopped short of 3080 without diverging: "
+        "seed 1 at ≥3000"
+    )
+    data = json.loads(render_digest_reports([report], "json"))[0]
+    assert data["branch"] == {"from": "paper-code", "step": 500}
+    assert data["reference_suite"] == "quick" and data["control_check"][0]["passed"] is False

@@ -28,7 +28,7 @@ def test_round_trip(tiny_store: Path, tmp_path: Path) -> None:
     write_digest(tiny_store, out)
     raw = build_digest(tiny_store)
     digest = load_digest(out, order=3)
-    assert digest.version == 2 and digest.every == 10 and set(digest.suites) == {"tiny"}
+    assert digest.version == 3 and digest.every == 10 and set(digest.suites) == {"tiny"}
     assert len(digest.cells) == len(raw["cells"])
     for cell, entry in zip(digest.cells, raw["cells"], strict=True):
         assert cell.order == 3 and cell.source == out

@@ -29,7 +29,7 @@ def test_the_digest_keeps_every_0_based_logged_step(tiny_store: Path, tmp_path: 
     out = tmp_path / "tiny.json"
     assert write_digest(tiny_store, out, every=10) == 3
     digest = _strict(out.read_text())
-    assert digest["format"] == "flashprobe-digest" and digest["version"] == 2
+    assert digest["format"] == "flashprobe-digest" and digest["version"] == 3
     assert digest["every"] == 10 and set(digest["suites"]) == {"tiny"}
     runs = _by_run(digest)
     assert set(runs) == {("fa2", 0), ("fa2", 1), ("touchy", 0)}
@@ -101,7 +101,7 @@ def test_refuses_to_overwrite_unless_forced(tiny_store: Path, tmp_path: Path) ->
         write_digest(tiny_store, out)
     assert out.read_text() == "earlier results"
     write_digest(tiny_store, out, force=True)
-    assert _strict(out.read_text())["version"] == 2
+    assert _strict(out.read_text())["version"] == 3
     with pytest.raises(FlashprobeError, match="folder"):
         write_digest(tiny_store, tmp_path)
 
@@ -127,3 +127,30 @@ def test_thin_keeps_one_row_per_block_first_last_and_kept_steps() -> None:
     assert [r[0] for r in thin(every_tenth, 25, keep={59})] == [9, 29, 49, 59, 79, 99]
     assert thin([], 10) == []
     assert [r[0] for r in thin([[7, math.nan]], 10)] == [7]
+
+
+def test_a_replayed_run_carries_its_replay(replayed_store: Path, tmp_path: Path) -> None:
+    out = tmp_path / "replayed.json"
+    assert write_digest(replayed_store, out) == 2
+    digest = _strict(out.read_text())
+    runs = _by_run(digest)
+    assert runs["paper-code", 0]["replay"] is None  # not a replay source: no replay.json
+    replay = runs["touchy", 0]["replay"]
+    (cell,) = [c for c in sr.read_cells(replayed_store) if c.variant == "touchy"]
+    doc = sr.read_replay(cell)
+    assert replay["source_cell"] == doc["source_cell"] == cell.name
+    assert replay["steps"] == doc["steps"] and set(replay["delta"]) == {"touchy", "paper-code"}
+    # small: the compact form is a few per cent of the replay.json it comes from
+    assert len(json.dumps(replay)) < 0.25 * cell.replay_path.stat().st_size
+
+
+def test_an_unreadable_replay_is_noted_not_fatal(replayed_store: Path, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    shutil.copytree(replayed_store, store)
+    (cell,) = [c for c in sr.read_cells(store) if c.variant == "touchy"]
+    cell.replay_path.write_text("{torn")
+    runs = _by_run(build_digest(store))
+    assert "corrupt JSON" in runs["touchy", 0]["replay"]["error"]
+    assert runs["touchy", 0]["summary"]["diverged"]  # the training results stand
+    cell.replay_path.write_text(json.dumps({"format": "flashprobe-replay/9", "records": []}))
+    assert "flashprobe-replay/9" in _by_run(build_digest(store))["touchy", 0]["replay"]["error"]
