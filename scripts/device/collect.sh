@@ -8,6 +8,8 @@ OUT=${OUT:?set OUT}
 WAIT=${WAIT:-540}
 STORES=${STORES:-/tmp/adamw}
 STATE=/tmp/device-queue
+# the digest records the code version the queue was started with (queue.sh kept it)
+[ -z "${FLASHPROBE_GIT_SHA:-}" ] && [ -s "$STATE/git_sha" ] && export FLASHPROBE_GIT_SHA=$(cat "$STATE/git_sha")
 mkdir -p "$OUT"
 end=$((SECONDS + WAIT))
 while [ $SECONDS -lt $end ] && [ ! -e "$STATE/done" ]; do sleep 5; done

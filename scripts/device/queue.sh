@@ -15,6 +15,8 @@ QUEUE=${1:?usage: queue.sh QUEUE_FILE}
 STATE=/tmp/device-queue
 mkdir -p "$STATE"
 cp "$QUEUE" "$STATE/queue.txt"
+# collect.sh runs in later calls, whose shells lack this call's FLASHPROBE_GIT_SHA: keep it here
+[ -n "${FLASHPROBE_GIT_SHA:-}" ] && echo "$FLASHPROBE_GIT_SHA" >"$STATE/git_sha"
 export FLASHPROBE_CACHE=${FLASHPROBE_CACHE:-/tmp/fpcache} PYTHONUNBUFFERED=1
 setsid bash -c '
   cd "$0"

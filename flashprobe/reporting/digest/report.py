@@ -185,6 +185,7 @@ def build_digest_reports(
             f"no variant {reference!r} in the digests; variants: {', '.join(variants)}"
         )
     declared = _declared_references(digests)
+    choose_cells(every, chosen, reference)  # a run named in no suite: a one-line error here
     counted, _ = one_run_per_seed(every)
     branches = _branches(digests, counted)
     return [
@@ -267,7 +268,7 @@ def _suite_report(
         outcomes=outcomes,
         rises=results,
         attention=summaries,
-        chosen=choose_cells(cells, chosen, reference),
+        chosen=choose_cells(cells, chosen, reference, strict=False),
         superseded=superseded,
         notes=notes,
         cells=cells,
@@ -327,21 +328,26 @@ def _replay_notes(
 
 
 def choose_cells(
-    cells: Sequence[DigestCell], wanted: Sequence[str], reference: str | None
+    cells: Sequence[DigestCell],
+    wanted: Sequence[str],
+    reference: str | None,
+    *,
+    strict: bool = True,
 ) -> list[DigestCell]:
-    """The runs named VARIANT:SEED (a one-line error for one that is not there), else the
-    reference's first diverged seed, else its first seed, else the first run."""
+    """The runs named VARIANT:SEED (a one-line error for one that is not there; with
+    strict=False, one suite of several: skipped), else the reference's first diverged seed,
+    else its first seed, else the first run."""
     out = []
     for text in wanted:
         variant, _, seed = text.rpartition(":")
         if not variant or not seed.lstrip("-").isdigit():
             raise FlashprobeError(f"--cell must be VARIANT:SEED, got {text!r}")
         found = [c for c in cells if c.variant == variant and c.seed == int(seed)]
-        if not found:
+        if not found and strict:
             runs = ", ".join(f"{c.variant}:{c.seed}" for c in cells)
             raise FlashprobeError(f"no run {text!r} in the digests; runs: {runs}")
         out += [c for c in found if c not in out]
-    if out or not cells:
+    if out or wanted or not cells:
         return out
     mine = [c for c in cells if c.variant == reference]
     diverged = [c for c in mine if c.diverged_step is not None]

@@ -114,6 +114,18 @@ def test_suites_points_and_bad_choices(tmp_path: Path, make) -> None:
         build_digest_reports(load_digests([empty]))
 
 
+def test_a_run_named_in_one_suite_of_several(tmp_path: Path, make) -> None:
+    path = make.digest(tmp_path / "d.json", [
+        make.cell("a", 0, suite="one"),
+        make.cell("b", 1, suite="two"),
+    ])  # fmt: skip
+    one, two = build_digest_reports(load_digests([path]), chosen=["b:1"])
+    assert [(c.variant, c.seed) for c in one.chosen] == []
+    assert [(c.variant, c.seed) for c in two.chosen] == [("b", 1)]
+    with pytest.raises(FlashprobeError, match="no run 'b:0'"):
+        build_digest_reports(load_digests([path]), chosen=["b:0"])
+
+
 def test_report_of_a_tiny_store(tiny_store: Path, tmp_path: Path) -> None:
     out = tmp_path / "tiny.json"
     write_digest(tiny_store, out)
