@@ -226,11 +226,12 @@ def _delta_step(row: Any, where: str) -> DeltaStep:
     if not isinstance(row, list) or len(row) != len(DELTA_FIELDS):
         raise ValueError(f"{where}: replay delta row is not [{', '.join(DELTA_FIELDS)}]")
     step, mean, t, total, running, positive, heads = row
-    return DeltaStep(int(step), _number(mean), _number(t), _number(total), _number(running),
-                     int(positive), int(heads))  # fmt: skip
+    mean, t, total, running = (finite_number(x) for x in (mean, t, total, running))
+    return DeltaStep(int(step), mean, t, total, running, int(positive), int(heads))
 
 
-def _number(value: Any) -> float | None:
+def finite_number(value: Any) -> float | None:
+    """A JSON number as a float (None for null or a non-finite value); a ValueError otherwise."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):

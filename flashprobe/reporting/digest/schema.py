@@ -43,7 +43,6 @@ run's steps reached are its last recorded step + 1, and NaN may appear as a bare
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +50,7 @@ from typing import Any
 
 from flashprobe.errors import FlashprobeError
 from flashprobe.reporting.digest.replay import ReplayDigest
+from flashprobe.reporting.digest.replay import finite_number as _number
 from flashprobe.reporting.digest.replay import parse as parse_replay
 from flashprobe.suites.cell_config import horizon
 from flashprobe.suites.suite import meta_point, point_label
@@ -392,14 +392,6 @@ def _step(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
         raise ValueError(f"bad step {value!r}")
     return int(value)
-
-
-def _number(value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"bad number {value!r}")
-    return float(value) if math.isfinite(value) else None
 
 
 def _optional_int(value: Any) -> int | None:
