@@ -198,9 +198,10 @@ def check_fits(
             q, k = header.shape(layer, "q"), header.shape(layer, "k")
             if q is None or k is None or len(q) != 4 or len(k) != 4:
                 continue  # replay_source notes a capture that lacks q/k/v/do
+            both_mha = model.kv_heads == model.n_head and k[1] == q[1]  # kv follows n_head
             for what, mine, theirs in (
                 ("n_head", model.n_head, q[1]),
-                ("kv heads", model.kv_heads, k[1]),
+                ("kv heads", None if both_mha else model.kv_heads, None if both_mha else k[1]),
                 ("head dim", model.head_dim, q[3]),
             ):
                 if mine != theirs:
