@@ -171,17 +171,21 @@ def replay_cells(
             + ", ".join(f"{v} ({origin})" for v, origin in untrained.items())
         )
     sources = [c for c in cells if settings.sources == "all" or c.variant == roles.baseline]
-    results: list[dict[str, Any]] = []
-    docs: list[dict[str, Any]] = []
+    # Every source's kernels first: a variant that does not fit one source's captures stops
+    # the replay before any replay.json is written.
+    plans = []
     for source in sources:
         steps = sr.capture_files(source)
+        headers = [sr.read_capture_header(s, p) for s, p in steps] if untrained else []
+        plans.append((source, steps, resolve_groups(chosen, source, headers) if steps else {}))
+    results: list[dict[str, Any]] = []
+    docs: list[dict[str, Any]] = []
+    for source, steps, groups in plans:
         if not steps:
             state = "unfinished, " if not source.finished else ""
             results.append({"cell": source.name, "status": "no captures", "steps": []})
             notes.append(f"{source.name}: {state}no captures to replay")
             continue
-        headers = [sr.read_capture_header(s, p) for s, p in steps] if untrained else []
-        groups = resolve_groups(chosen, source, headers)
         key = _replay_key(steps, groups, backend)
         old = sr.read_replay(source)
         if old is not None and old.get("key") == key and not force:

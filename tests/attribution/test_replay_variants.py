@@ -106,6 +106,24 @@ def test_a_variant_that_does_not_fit_the_captures_is_one_line_and_keeps_the_old_
     assert before == {p: p.read_bytes() for p in sorted(root.glob("planted/**/replay.json"))}
 
 
+def test_a_misfit_on_any_source_stops_before_anything_is_written(tmp_path) -> None:
+    """The second source's captures have head dim 8: the check of both sources comes before the
+    first one's replay, so no replay.json is written."""
+    from flashprobe.attribution.selection import one_run_per_seed
+
+    root = baseline_only(tmp_path / "store")
+    first, second = one_run_per_seed(sr.read_cells(root, "planted"))[0]  # the replay's order
+    for _, path in sr.capture_files(second):
+        tensors = {k: t[..., :8].contiguous() for k, t in load_file(str(path)).items()}
+        save_file(tensors, str(path), metadata=sr.read_capture_header(0, path).metadata)
+    other = write_suite(tmp_path, suite_with({"sfa": {"kernel": {"preset": "sfa"}}}))
+    with pytest.raises(FlashprobeError, match=rf"captures of {second.name}: head dim 16 vs 8"):
+        replay_store(root, "planted", settings=BASELINE, variants_from=other)
+    assert not list(root.glob("planted/**/replay.json"))
+    replay_store(root, "planted", settings=BASELINE)  # the trained baseline alone: both replay
+    assert sr.read_replay(first) is not None and sr.read_replay(second) is not None
+
+
 def test_non_causal_captures_do_not_fit_a_variant(tmp_path) -> None:
     root = baseline_only(tmp_path / "store")
     for cell in sr.read_cells(root, "planted"):
@@ -215,3 +233,45 @@ def test_variants_from_needs_one_suite(tmp_path) -> None:
         list(replay_suites(root, variants_from=other, baseline="baseline"))
     ((name, _),) = replay_suites(root, "planted", variants_from=other, baseline="baseline")
     assert name == "planted"
+
+
+def test_the_bundled_attribution_variants_replay_on_quick_shaped_captures(tmp_path) -> None:
+    """`--variants-from adamw-attribution.yaml` on a quick store that trained only paper-code:
+    the baseline (the same kernels in both suites) and its 17 one-switch variants resolve and fit
+    captures of the GPT-2 124M shape (12 layers, 12 heads of 64; 8 tokens here, so the emulator
+    is quick)."""
+    import torch
+
+    from flashprobe.attribution.replay_variants import suite_file_variants
+    from flashprobe.store.result_store import ResultStore
+    from flashprobe.suites.cell_config import resolve_cell_config
+    from flashprobe.suites.suite import load_suite
+
+    quick = load_suite("quick.yaml", validate=lambda c: resolve_cell_config(c).to_dict())
+    (cell,) = [c for c in quick.cells if c.variant == "paper-code"]
+    store = ResultStore(tmp_path)
+    path = store.open_cell(cell, "test", {"device": "cpu"})
+    (path / "run" / "captures").mkdir(parents=True)
+    g = torch.Generator().manual_seed(0)
+    tensors = {
+        f"layer{layer}.{name}": torch.randn(1, 12, 8, 64, generator=g).bfloat16()
+        for layer in (0, 1)
+        for name in ("q", "k", "v", "do")
+    }
+    meta = {"causal": "true", "softmax_scale": repr(0.125)}
+    save_file(tensors, str(path / "run" / "captures" / "step_0000900.safetensors"), metadata=meta)
+    store.finish(path, {"diverged": True, "diverged_step": 1400, "steps_done": 1400})
+
+    attribution = suite_file_variants("adamw-attribution.yaml")
+    assert len(attribution) == 18
+    ((_, outcome),) = replay_suites(
+        tmp_path, "quick", variants_from="adamw-attribution", baseline="paper-code",
+        backend="emulator",
+    )  # fmt: skip
+    assert [c["status"] for c in outcome.cells] == ["replayed"]
+    doc = json.loads((tmp_path / "quick" / "replay.json").read_text())
+    assert doc["variants"] == sorted(attribution) and len(doc["untrained_variants"]) == 17
+    assert "paper-code" not in doc["untrained_variants"]
+    (source,) = sr.read_cells(tmp_path, "quick")
+    records = sr.read_replay(source)["records"]  # type: ignore[index]
+    assert len(records) == 18 * 2 * 12  # variants × layers × heads (one step)
