@@ -165,7 +165,9 @@ def resolve_groups(
             model = definition.model(source.point)
             if not definition.trained:
                 if source_model is None:
-                    source_model = _model(Run(source.point, source.config, f"{source.path}"))
+                    source_model = _model(
+                        Run(source.point, source.config, f"{source.path}/config.json")
+                    )
                 check_fits(definition, model, source_model, source.name, captures)
             mine = layer_groups(model)
             if groups is None:
