@@ -2,8 +2,9 @@
 
 For each source cell (default: the failing baseline's cells) and each of its captures
 (run/captures/step_<t>.safetensors: Q, K, V, dO per layer, see store.result_store), every
-variant's kernel (its KernelSpec per layer and head group, from its own cell config) runs the
-forward and backward on the same Q, K, V and dO, and the fp64 golden runs once
+variant's kernel (its KernelSpec per layer and head group, from its model config: a trained
+cell's, another suite file's or the stored suite definition's, see attribution.replay_variants)
+runs the forward and backward on the same Q, K, V and dO, and the fp64 golden runs once
 (attribution.replay_metrics: what is measured per variant, step, layer and head, and across
 steps).
 
@@ -12,7 +13,8 @@ specs and the backend, so an unchanged replay is skipped) and STORE/<suite>/repl
 variants and the per-variant summary the report ranks with). Both are written atomically.
 
 Which variants, on whose captures and on which backend: the suite's `replay:` section and the
-flags of `flashprobe replay` (attribution.replay_settings).
+flags of `flashprobe replay` (attribution.replay_settings); variants of another suite file
+without training them: `variants_from` (attribution.replay_variants).
 
 On the CPU a replay runs on one thread (reference.threads): the emulator's fp32 sums, the golden
 and the metrics' reductions split their sums by thread, so the same store replayed in processes
@@ -40,20 +42,25 @@ from flashprobe.attribution.replay_kernel import KernelFn, run_kernel
 from flashprobe.attribution.replay_metrics import HeadSeries, head_metrics
 from flashprobe.attribution.replay_settings import ReplaySettings, stored_settings
 from flashprobe.attribution.replay_summary import summarise
+from flashprobe.attribution.replay_variants import (
+    LayerGroups,
+    VariantConfigs,
+    choose,
+    resolve_groups,
+    suite_file_variants,
+    trained_variants,
+)
 from flashprobe.attribution.selection import one_run_per_seed
 from flashprobe.backends import machine_backend
 from flashprobe.errors import FlashprobeError, RunStopped
 from flashprobe.reference.golden import golden_backward, golden_forward
 from flashprobe.reference.heads import expand_kv, group_size
 from flashprobe.reference.threads import measurement_threads
-from flashprobe.spec import KernelSpec
 from flashprobe.store import reader as sr
 
 FORMAT = "flashprobe-replay/1"
 
 Progress = Callable[[str], None]
-#: (variant, layer) → [(heads, spec or None when the heads do not use a flashprobe kernel)]
-LayerGroups = list[tuple[tuple[int, ...], KernelSpec | None]]
 
 
 @dataclass(frozen=True)
@@ -72,9 +79,11 @@ def replay_store(
     settings: ReplaySettings | None = None,
     force: bool = False,
     progress: Progress | None = None,
+    variants_from: str | Path | None = None,
 ) -> ReplayOutcome:
     """Replay one suite of a result store. `store`: a ResultStore or its root path; `suite`: an
-    suites.suite.Suite (its `replay:` section supplies the settings) or a suite name."""
+    suites.suite.Suite (its `replay:` section supplies the settings) or a suite name;
+    `variants_from`: another suite file whose variants replay too (replay_variants)."""
     from flashprobe.store.result_store import ResultStore
     from flashprobe.suites.suite import Suite
 
@@ -84,7 +93,8 @@ def replay_store(
         raw = suite.raw if isinstance(suite, Suite) else {}
         settings = ReplaySettings.from_suite(raw.get("replay"))
     cells = sr.read_cells(root, str(name))
-    return replay_cells(cells, settings, force=force, progress=progress)
+    other = suite_file_variants(variants_from) if variants_from is not None else None
+    return replay_cells(cells, settings, force=force, progress=progress, other_variants=other)
 
 
 def replay_suites(
@@ -93,19 +103,34 @@ def replay_suites(
     *,
     force: bool = False,
     progress: Progress | None = None,
+    variants_from: str | Path | None = None,
     **flags: Any,
 ) -> Iterator[tuple[str, ReplayOutcome]]:
     """Replay every suite of a store (or only `suite`), one after the other: each with `flags`
     (ReplaySettings fields; None: not given) over the suite's stored settings
     (replay_settings.stored_settings). Yields (suite name, outcome) as each is done.
+    `variants_from`: a suite file (path or bundled name) whose variants replay too, untrained
+    (attribution.replay_variants); the store must then hold one suite, or `suite` names one.
 
     A suite whose captures do not fit its cells' configs (a hand edit, another code version)
-    stops the replay with RunStopped; the training results stand."""
+    stops the replay with RunStopped; the training results stand. An untrained variant that
+    does not fit them is bad input (FlashprobeError)."""
     cells = sr.read_cells(store, suite)
-    for name, members in sr.suites_of(cells).items():
+    suites = sr.suites_of(cells)
+    other = None
+    if variants_from is not None:
+        if len(suites) > 1:
+            raise FlashprobeError(
+                f"--variants-from {variants_from}: name the suite whose captures to replay them "
+                f"on with --suite (suites here: {', '.join(suites)})"
+            )
+        other = suite_file_variants(variants_from)
+    for name, members in suites.items():
         settings = stored_settings(sr.suite_dir(members[0]), **flags)
         try:
-            outcome = replay_cells(members, settings, force=force, progress=progress)
+            outcome = replay_cells(
+                members, settings, force=force, progress=progress, other_variants=other
+            )
         except FlashprobeError as exc:
             raise FlashprobeError(f"suite {name}: {exc}") from None
         except (RuntimeError, ValueError, KeyError, IndexError, TypeError) as exc:
@@ -121,9 +146,11 @@ def replay_cells(
     force: bool = False,
     progress: Progress | None = None,
     kernel: KernelFn | None = None,
+    other_variants: Mapping[str, VariantConfigs] | None = None,
 ) -> ReplayOutcome:
     """Replay the cells of one suite (see the module doc); `kernel` replaces run_kernel (tests
-    plant known errors through it)."""
+    plant known errors through it); `other_variants` (replay_variants.suite_file_variants):
+    untrained variants replayed as well."""
     say = progress or (lambda _msg: None)
     suite = cells[0].suite
     cells, superseded = one_run_per_seed(cells)  # as report counts them
@@ -132,22 +159,33 @@ def replay_cells(
     if superseded:
         notes.append(f"{len(superseded)} superseded run(s) not replayed (see `flashprobe report`)")
     backend = machine_backend(settings.backend)
-    known = sorted({c.variant for c in cells})
-    wanted = list(settings.variants) if settings.variants is not None else known
-    missing = [v for v in wanted if v not in known]
-    if missing:
-        raise FlashprobeError(f"replay: no variant {missing[0]!r} in suite {suite!r}")
+    chosen = choose(
+        suite, trained_variants(cells), other_variants or {}, sr.suite_dir(cells[0]),
+        settings.variants,
+    )  # fmt: skip
+    wanted = list(chosen)
+    untrained = {v: d[0].origin for v, d in chosen.items() if not d[0].trained}
+    if untrained:
+        notes.append(
+            f"{len(untrained)} variant(s) replayed without training (no training outcome): "
+            + ", ".join(f"{v} ({origin})" for v, origin in untrained.items())
+        )
     sources = [c for c in cells if settings.sources == "all" or c.variant == roles.baseline]
-    results: list[dict[str, Any]] = []
-    docs: list[dict[str, Any]] = []
+    # Every source's kernels first: a variant that does not fit one source's captures stops
+    # the replay before any replay.json is written.
+    plans = []
     for source in sources:
         steps = sr.capture_files(source)
+        headers = [sr.read_capture_header(s, p) for s, p in steps] if untrained else []
+        plans.append((source, steps, resolve_groups(chosen, source, headers) if steps else {}))
+    results: list[dict[str, Any]] = []
+    docs: list[dict[str, Any]] = []
+    for source, steps, groups in plans:
         if not steps:
             state = "unfinished, " if not source.finished else ""
             results.append({"cell": source.name, "status": "no captures", "steps": []})
             notes.append(f"{source.name}: {state}no captures to replay")
             continue
-        groups = {v: _variant_groups(cells, v, source.point) for v in wanted}
         key = _replay_key(steps, groups, backend)
         old = sr.read_replay(source)
         if old is not None and old.get("key") == key and not force:
@@ -171,6 +209,7 @@ def replay_cells(
         "roles": roles.to_dict(),
         "backend": backend,
         "variants": wanted,
+        "untrained_variants": untrained,
         "sources": [r["cell"] for r in results],
         "summary": summarise(docs),
         "weight_gradient": _weight_source(docs),
@@ -293,27 +332,6 @@ def _replay_layer(
                 s.delta_rows.append(delta_rows)
                 s.wq.add(wq_err)
                 s.wk.add(wk_err)
-    return out
-
-
-def _variant_groups(
-    cells: Sequence[sr.CellView], variant: str, point: tuple[tuple[str, Any], ...]
-) -> dict[int, LayerGroups]:
-    """Per layer, the variant's head groups and specs (from a cell at the same grid point)."""
-    from flashprobe.suites.cell_config import resolve_cell_config
-
-    same = [c for c in cells if c.variant == variant and c.point == point]
-    cell = (same or [c for c in cells if c.variant == variant])[0]
-    try:
-        model = resolve_cell_config(cell.config).train.model
-    except FlashprobeError as exc:
-        raise FlashprobeError(f"{cell.path}/config.json: {exc}") from None
-    out: dict[int, LayerGroups] = {}
-    for layer in range(model.n_layer):
-        out[layer] = [
-            (g.heads, g.attention.spec if g.attention.impl == "flashprobe" else None)
-            for g in model.head_groups(layer)
-        ]
     return out
 
 

@@ -9,7 +9,8 @@ Suite YAML (optional section; every key optional):
       safe: all-safe           # the all-safe variant of a one-factor-in design (default: a
                                # variant named safe / all-safe / fp32, or the fp32 spec)
       components: {sfa: stabilized softmax}   # labels instead of the spec diff
-      variants: [fa2, sfa]     # which variants to replay (default: all)
+      variants: [fa2, sfa]     # which variants to replay (default: all trained; a name
+                               # declared in suite.json but not trained is replayed too)
       sources: baseline        # whose captures to replay on: baseline (default) or all
       backend: auto            # auto | emulator | triton
 """

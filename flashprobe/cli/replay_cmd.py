@@ -17,6 +17,12 @@ def replay_command(
     variant: list[str] = typer.Option(
         [], "--variant", help="Replay only these variants (repeatable; default: all)."
     ),
+    variants_from: str | None = typer.Option(
+        None,
+        "--variants-from",
+        help="Also replay the variants of this suite file (a path or a bundled suite name), "
+        "untrained, on the store's captures.",
+    ),
     baseline: str | None = typer.Option(
         None, "--baseline", help="The failing baseline, whose captures are replayed."
     ),
@@ -33,7 +39,12 @@ def replay_command(
     """Replay kernel variants on captured Q, K, V, dO and measure error mechanisms.
 
     Writes replay.json into each replayed cell and into the suite folder (atomically); an
-    unchanged replay (same captures, specs and backend) is skipped. Then `flashprobe report`.
+    unchanged replay (same captures, variants, specs and backend) is skipped. Then
+    `flashprobe report`.
+
+    --variants-from replays another suite file's variants (expanded as `ablate -c` would)
+    beside the store's own without training them; each must fit the captures. --variant may
+    also name a variant declared in the store's suite.json but never trained.
 
     Examples:
 
@@ -42,6 +53,8 @@ def replay_command(
       flashprobe replay runs --suite smoke --backend emulator
 
       flashprobe replay runs --suite paper --sources all --force
+
+      flashprobe replay runs --suite quick --variants-from adamw-attribution
     """
     from flashprobe.attribution.replay import replay_suites
 
@@ -51,6 +64,7 @@ def replay_command(
         suite,
         force=force,
         progress=lambda m: typer.echo(m, err=True),
+        variants_from=variants_from,
         baseline=baseline,
         safe=safe,
         variants=tuple(variant) or None,

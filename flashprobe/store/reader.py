@@ -342,6 +342,39 @@ def load_capture(step: int, path: Path) -> Capture:
     return Capture(step=step, tensors=tensors, metadata=metadata)
 
 
+@dataclass(frozen=True)
+class CaptureHeader:
+    """A capture file's tensor shapes and metadata, read from its header (no tensor data)."""
+
+    step: int
+    shapes: dict[str, tuple[int, ...]]
+    metadata: dict[str, str]
+
+    @property
+    def layers(self) -> list[int]:
+        return sorted({int(k.split(".")[0].removeprefix("layer")) for k in self.shapes if "." in k})
+
+    def shape(self, layer: int, name: str) -> tuple[int, ...] | None:
+        return self.shapes.get(f"layer{layer}.{name}")
+
+    @property
+    def causal(self) -> bool:
+        return self.metadata.get("causal", "true").lower() != "false"
+
+
+def read_capture_header(step: int, path: Path) -> CaptureHeader:
+    """The shapes and metadata of one capture file (safetensors header only)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            metadata = dict(handle.metadata() or {})
+            shapes = {key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()}
+    except Exception as exc:  # safetensors raises its own error types for bad headers
+        raise FlashprobeError(f"corrupt capture file {path}: {type(exc).__name__}") from None
+    return CaptureHeader(step=step, shapes=shapes, metadata=metadata)
+
+
 # -- replay results -------------------------------------------------------------------------
 def read_replay(cell: CellView) -> dict[str, Any] | None:
     return _read_replay_file(cell.replay_path)
