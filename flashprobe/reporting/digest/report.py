@@ -30,10 +30,11 @@ from flashprobe.reporting.digest.outcomes import (
     variant_outcomes,
 )
 from flashprobe.reporting.digest.pooling import Superseded, one_run_per_seed
+from flashprobe.reporting.digest.ranking import DigestRanking, digest_ranking
 from flashprobe.reporting.digest.reference import reference_runs
 from flashprobe.reporting.digest.rise import RiseResult, RiseRule, rises, trajectories
 from flashprobe.reporting.digest.schema import Digest, DigestCell, load_digest
-from flashprobe.reporting.render import render_json
+from flashprobe.reporting.render import WIDTH, fill, fit_table, render_json
 
 FORMATS = ("markdown", "text", "json")
 ORDER_SHOWN = 5  # layers of the rise order in the tables (all in JSON)
@@ -102,6 +103,7 @@ class DigestSuiteReport:
     controls: list[ControlCheck] = field(default_factory=list)
     reference_suite: str | None = None  # where the reference row comes from (None: none)
     branch: Branch | None = None
+    ranking: DigestRanking | None = None  # restore / add designs (digest.ranking)
 
     @property
     def replayed(self) -> list[DigestCell]:
@@ -123,6 +125,7 @@ class DigestSuiteReport:
                                                         "step": self.branch[1]},
             "outcomes": [o.to_dict() for o in self.outcomes],
             "control_check": [c.to_dict() for c in self.controls],
+            "ranking": None if self.ranking is None else self.ranking.to_dict(),
             "replay": [
                 {"variant": c.variant, "seed": c.seed, "point": c.point_label or None,
                  "diverged_step": c.diverged_step, **c.replay.to_dict()}
@@ -166,9 +169,11 @@ def build_digest_reports(
     reference: str | None = None,
     rule: RiseRule | None = None,
     chosen: Sequence[str] = (),
+    safe: str | None = None,
 ) -> list[DigestSuiteReport]:
     """One report per suite (or only `suite`). `chosen`: runs as VARIANT:SEED for the
-    per-layer tables and figures (default: the reference's first diverged seed)."""
+    per-layer tables and figures (default: the reference's first diverged seed); `safe`: the
+    ranking's add-design reference (default: inferred, digest.ranking)."""
     if horizon is not None and horizon < 1:
         raise FlashprobeError(f"--horizon must be a step count >= 1, got {horizon}")
     rule = rule or RiseRule()
@@ -184,6 +189,8 @@ def build_digest_reports(
         raise FlashprobeError(
             f"no variant {reference!r} in the digests; variants: {', '.join(variants)}"
         )
+    if safe is not None and not any(c.variant == safe for c in every):
+        raise FlashprobeError(f"no variant {safe!r} (--safe) in the digests")
     declared = _declared_references(digests)
     choose_cells(every, chosen, reference)  # a run named in no suite: a one-line error here
     counted, _ = one_run_per_seed(every)
@@ -200,6 +207,8 @@ def build_digest_reports(
             chosen,
             counted,
             branches,
+            declared.get(name),
+            safe,
         )
         for name in names
     ]
@@ -216,6 +225,8 @@ def _suite_report(
     chosen: Sequence[str],
     counted: Sequence[DigestCell],
     branches: Mapping[str, Branch],
+    baseline: str | None = None,
+    safe: str | None = None,
 ) -> DigestSuiteReport:
     cells, superseded = one_run_per_seed(every)
     notes = [_sources(digests, name)]
@@ -249,6 +260,13 @@ def _suite_report(
             notes.append(
                 f"no control check: {reference} has no diverged seed (no median divergence step)"
             )
+    ranking = None
+    if baseline or reference:
+        ranking, why = digest_ranking(
+            name, counted, str(baseline or reference), safe=safe,
+            declared=_suite_json(digests, name), horizon=horizon, branches=branches,
+        )  # fmt: skip
+        notes += why + (ranking.notes if ranking is not None else [])
     notes += _run_notes(cells, superseded, horizon)
     notes += _replay_notes(digests, name, cells, superseded)
     results = rises(cells, rule, horizon)
@@ -275,6 +293,7 @@ def _suite_report(
         controls=controls,
         reference_suite=reference_suite,
         branch=branch,
+        ranking=ranking,
     )
 
 
@@ -369,6 +388,15 @@ def _declared_references(digests: Sequence[Digest]) -> dict[str, str]:
     return out
 
 
+def _suite_json(digests: Sequence[Digest], suite: str) -> Mapping[str, Any]:
+    """The suite as ablate ran it (suite.json), from the latest digest that has it."""
+    for digest in reversed(digests):
+        raw = digest.suites.get(suite)
+        if isinstance(raw, Mapping):
+            return raw
+    return {}
+
+
 def _sources(digests: Sequence[Digest], suite: str) -> str:
     parts = []
     for d in digests:
@@ -446,6 +474,8 @@ def _render_text(r: DigestSuiteReport, *, markdown: bool) -> str:
         out += ["", heading("Control check: twice the reference's median divergence step")]
         cols = [CONTROL_COLS[0], *point, *CONTROL_COLS[1:]]
         out += [_control_intro(r), "", table(_control_rows(r), cols)]
+    if r.ranking is not None:
+        out += ["", *_ranking_section(r.ranking, heading, markdown)]
     out += [
         "",
         heading(f"Spectral norm rise: which layer first ({r.rule.factor:g}× rule)"),
@@ -522,6 +552,62 @@ def _control_rows(r: DigestSuiteReport) -> list[list[Any]]:
         ]
         for c in r.controls
     ]
+
+
+RANKING_COLS = ["rank", "variant", "design", "component", "seeds", "exploded (seeds)",
+                "median step", "Δp", "Fisher p", "vs", "bias share"]  # fmt: skip
+RANKING_LEGEND = (
+    "attribution.ranking on the digests' outcomes. restore: the baseline with one component "
+    "made safe, tested against the baseline's runs on the same seeds (Δp = p_baseline − "
+    "p_variant); add: the safe variant with one baseline component (Δp = p_variant − p_safe). "
+    "exploded: seeds whose divergence rule fired / seeds with an outcome; median step: of "
+    "those; Fisher p: two-sided exact test against `vs`; bias share: of the baseline's replayed "
+    "δ bias the change removes (restore) or reproduces (add). JSON: Wilson intervals, mean "
+    "steps to failure, δ bias, score."
+)
+
+
+def _ranking_section(ranking: DigestRanking, heading: Any, markdown: bool) -> list[str]:
+    """The table (text: fitted to WIDTH, the component wrapped), the readings, the legend."""
+    body = [[_show(v) for v in _ranking_row(ranking, row)] for row in ranking.rows]
+    if markdown:
+        table = tabulate(body, headers=RANKING_COLS, tablefmt="github", disable_numparse=True)
+    else:
+        table = fit_table(body, RANKING_COLS, keep=2, width=WIDTH, wrap=[3])
+    safe = ranking.safe or "none (no add design)"
+    where = "" if ranking.baseline_suite == ranking.suite else f" (suite {ranking.baseline_suite})"
+    intro = f"Baseline: {ranking.baseline}{where}; safe: {safe}."
+    if ranking.mechanism_from:
+        intro += f" δ bias: the replay of {', '.join(ranking.mechanism_from)}."
+    readings = [r["reading"] for r in ranking.rows if r.get("reading")]
+    return [
+        heading("Ranking: one component restored (from the baseline) or added (to the safe)"),
+        fill(intro, WIDTH),
+        "",
+        table,
+        "",
+        *(fill(f"- {line}", WIDTH, indent="  ") for line in readings),
+        "",
+        fill(RANKING_LEGEND, WIDTH),
+    ]
+
+
+def _ranking_row(ranking: DigestRanking, row: Mapping[str, Any]) -> list[Any]:
+    failed = "-"
+    if row["seeds"]:
+        failed = f"{row['failed']}/{row['seeds']}"
+        if row["failed_seeds"]:
+            failed += f" ({','.join(map(str, row['failed_seeds']))})"
+    share = row.get("mechanism_share")
+    variant = row["variant"]
+    if row["suite"] != ranking.suite:
+        variant += f" (suite {row['suite']})"
+    return [
+        row["rank"], variant, row["design"], row["component"],
+        ",".join(map(str, row["seed_list"])) or None, failed, row["steps_median"],
+        row.get("delta_p"), row.get("fisher_p"), row.get("reference"),
+        None if share is None else f"{100 * share:.0f}%",
+    ]  # fmt: skip
 
 
 def _replay_section(cell: DigestCell, heading: Any, table: Any) -> list[str]:
