@@ -153,7 +153,8 @@ def digest_ranking(
     )
     notes += mech_notes
     ranked = rank(cells, roles, mechanism, failed_at, FailureRule(horizon=horizon), known)
-    seeds = {baseline: base_row.seeds, **{v: by_variant[v].seeds for v in configs}}
+    seeds = {baseline: base_row.seeds}
+    seeds.update({v: by_variant[v].seeds for v in configs if v != baseline})
     for row in ranked:
         _add_columns(row, seeds[row["variant"]], configs, roles)
         if row["design"] in ("restore", "add"):
@@ -161,6 +162,11 @@ def digest_ranking(
             row["reading"] = reading(row, next(r for r in ranked if r["variant"] == ref), baseline)
     for row in ranked:
         row["suite"] = found.suite if row["variant"] == baseline else suite
+        if row.get("baseline_setting") is False:  # no one-component add: unranked
+            row.update(design="neither", rank=None)
+    ranked.sort(key=lambda r: r["design"] == "neither")
+    for i, row in enumerate((r for r in ranked if r["rank"] is not None), start=1):
+        row["rank"] = i
     return DigestRanking(suite, baseline, found.suite, roles.safe, ranked, sources, notes), []
 
 
