@@ -241,3 +241,34 @@ def test_the_v1_paper_code_fa2_digest_has_no_ranking(tmp_path: Path) -> None:
     (report,) = build_digest_reports(load_digests([old]), reference="paper-code")
     assert report.ranking is None
     assert "no ranking: the digests hold no config of paper-code (format v1)" in report.notes
+
+
+def test_two_replays_pool_by_replayed_rows(tmp_path: Path, make) -> None:
+    paths = _digests(tmp_path, make)
+    data = json.loads(paths[0].read_text())
+    second = _replay()
+    second["summary"] = {"paper-code": {"delta_bias": 4.0, "replayed_rows": 2048,
+                                        "delta_t_max": -3.0}}  # fmt: skip
+    data["cells"][1]["replay"] = second  # quick's paper-code seed 1, replayed alone
+    paths[0].write_text(json.dumps(data))
+    (report,) = build_digest_reports(load_digests(paths), suite="attr")
+    ranking = report.ranking
+    rows = {r["variant"]: r for r in ranking.rows}
+    pooled = (1.0 * 4096 + 4.0 * 2048) / (4096 + 2048)  # Σ |Σ δ error| / Σ rows, as summarise
+    assert rows["paper-code"]["delta_bias"] == pytest.approx(pooled)
+    assert rows["acc-fp32"]["mechanism_share"] == pytest.approx(1 - 0.2 / pooled)
+    assert ranking.mechanism_from == [
+        "paper-code seed 0 (suite quick)", "paper-code seed 1 (suite quick)",
+    ]  # fmt: skip
+    notes = " ".join(report.notes)
+    assert "replayed on some of paper-code's runs only: acc-fp32, fa2, fa2-acc-bf16" in notes
+    assert "the bias shares are noise" not in notes  # paper-code's largest |t| is 9
+
+
+def test_an_unbiased_baseline_makes_the_shares_noise(tmp_path: Path, make) -> None:
+    paths = _digests(tmp_path, make)
+    data = json.loads(paths[0].read_text())
+    data["cells"][0]["replay"]["summary"]["paper-code"]["delta_t_max"] = -2.1
+    paths[0].write_text(json.dumps(data))
+    (report,) = build_digest_reports(load_digests(paths), suite="attr")
+    assert "(largest |t| 2.1 < 5): the bias shares are noise" in " ".join(report.notes)
