@@ -64,14 +64,21 @@ def digest_report_command(
     rise_factor: float = typer.Option(
         2.0, "--rise-factor", help="A layer rises when its norm reaches this × the reference."
     ),
+    safe: str | None = typer.Option(
+        None,
+        "--safe",
+        help="The ranking's add-design reference (default: the suite's replay.safe, else the "
+        "variant the most others are one change from).",
+    ),
     plot: Path | None = typer.Option(None, "--plot", help="Write PNG figures into this folder."),
     fmt: str = typer.Option("markdown", "--format", help="markdown, text or json."),
 ) -> None:
     """Report digests of several device sessions: per variant seeds, diverged, divergence
     steps and median, the steps reached by the others; the control check at twice the
-    reference's median divergence step; which layer's W_Q / W_K spectral norm rises first and
-    whether before the loss; tie and P̄ = 1 counts; max logits; the δ error's sign, t and
-    running sum per variant and layer of the replayed runs.
+    reference's median divergence step; the ranking of the components a restore / add suite
+    changes (k/n failed, Fisher p, the replay's δ bias share, a reading); which layer's W_Q /
+    W_K spectral norm rises first and whether before the loss; tie and P̄ = 1 counts; max
+    logits; the δ error's sign, t and running sum per variant and layer of the replayed runs.
 
     Each variant, grid point and seed counts once: its longest, then latest run over all the
     digests; the others are listed as superseded.
@@ -110,6 +117,7 @@ def digest_report_command(
         reference=reference,
         rule=rule,
         chosen=cells or (),
+        safe=safe,
     )
     typer.echo(render_digest_reports(reports, fmt))
     if plot is not None:

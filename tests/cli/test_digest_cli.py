@@ -90,6 +90,7 @@ def test_digest_report_bad_input(run_cli, tmp_path: Path) -> None:
         ((str(good), "--format", "csv"), "--format"),
         ((str(good), "--horizon", "0"), "--horizon"),
         ((str(good), "--reference", "b"), "no variant 'b'"),
+        ((str(good), "--safe", "b"), "no variant 'b' (--safe)"),
         ((str(good), "--cell", "a"), "VARIANT:SEED"),
         ((str(good), "--rise-factor", "0.5"), "--rise-factor"),
         ((str(good), "--suite", "z"), "no suite 'z'"),
