@@ -138,11 +138,11 @@ def digest_ranking(
             no_config.append(variant)
         else:
             configs[variant] = _component_config(config)
-    if no_config:
-        notes.append(f"ranking: no config in the digests (format v1), not ranked: "
-                     f"{', '.join(no_config)}")  # fmt: skip
+    unranked = f"no config in the digests (format v1) of {', '.join(no_config)}"
     if len(configs) < 2:
-        return None, [*notes, "no ranking: no variant besides the baseline has a config"]
+        return None, [*notes, f"no ranking: {unranked}"] if no_config else []
+    if no_config:
+        notes.append(f"ranking: {unranked}: not ranked")
     cells, failed_at, known = _rank_inputs(
         [base_row.seeds, *(by_variant[v].seeds for v in configs if v != baseline)], configs
     )
@@ -153,6 +153,8 @@ def digest_ranking(
     )
     notes += mech_notes
     ranked = rank(cells, roles, mechanism, failed_at, FailureRule(horizon=horizon), known)
+    if all(r["design"] in ("baseline", "safe") for r in ranked):
+        return None, []  # nothing but the references: no designs to rank
     seeds = {baseline: base_row.seeds}
     seeds.update({v: by_variant[v].seeds for v in configs if v != baseline})
     for row in ranked:

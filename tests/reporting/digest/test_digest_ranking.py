@@ -272,3 +272,20 @@ def test_an_unbiased_baseline_makes_the_shares_noise(tmp_path: Path, make) -> No
     paths[0].write_text(json.dumps(data))
     (report,) = build_digest_reports(load_digests(paths), suite="attr")
     assert "(largest |t| 2.1 < 5): the bias shares are noise" in " ".join(report.notes)
+
+
+def test_a_suite_of_references_only_has_no_ranking(tmp_path: Path, make) -> None:
+    cells = [_cell(make, v, s, "controls", {"preset": v}, 4000, None)
+             for v in ("fa2", "fp32") for s in SEEDS]  # fmt: skip
+    suites = {"controls": {"replay": {"baseline": "fa2"}}}
+    (report,) = build_digest_reports(load_digests([make.digest(tmp_path / "c.json", cells,
+                                                               suites)]))  # fmt: skip
+    assert report.ranking is None and not any("ranking" in n for n in report.notes)
+    assert "Ranking" not in render_digest_reports([report], "text")
+    cells += [_cell(make, "fa2-acc-bf16", s, "controls", {"preset": "fa2", "accumulator": "bf16"},
+                    4000, 900) for s in SEEDS]  # fmt: skip
+    (report,) = build_digest_reports(load_digests([make.digest(tmp_path / "d.json", cells,
+                                                               suites)]))  # fmt: skip
+    rows = {r["variant"]: r for r in report.ranking.rows}
+    assert rows["fa2-acc-bf16"]["design"] == "restore"  # one change from the baseline fa2
+    assert rows["fa2-acc-bf16"]["reading"].startswith("fa2-acc-bf16: cannot tell: fa2 did not")
