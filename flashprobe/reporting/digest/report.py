@@ -3,10 +3,11 @@
 Per suite: the outcomes per variant (digest.outcomes) with Fisher's exact test against a
 reference variant (its runs in the suite, or borrowed from another suite of the same regime:
 digest.reference), the control check of issue 23 (twice the reference's median divergence
-step), the spectral norm rise per run (digest.rise), the per-layer spectral norms of the
-chosen runs, the attention summary per run (digest.attention), the δ replay of the replayed
-runs (digest.replay), the superseded runs (digest.pooling) and notes on what the counts leave
-out (a branched suite's branch point among them).
+step), the component ranking of a restore / add suite (digest.ranking: attribution.ranking on
+the digests' outcomes), the spectral norm rise per run (digest.rise), the per-layer spectral
+norms of the chosen runs, the attention summary per run (digest.attention), the δ replay of the
+replayed runs (digest.replay), the superseded runs (digest.pooling) and notes on what the counts
+leave out (a branched suite's branch point among them).
 """
 
 from __future__ import annotations
