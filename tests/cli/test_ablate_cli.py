@@ -15,25 +15,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from tiny_suite import tiny_suite
 
 from flashprobe.runner.plan import code_version
 from flashprobe.train.metrics import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = {
-    "name": "tiny",
-    "seeds": [0],
-    "base": {
-        "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32,
-                  "attention": {"impl": "flashprobe", "backend": "emulator"}},
-        "data": {"max_bytes": 100_000},
-        "schedule": {"warmup_steps": 2, "min_lr": 1e-4},
-        "train": {"steps": 6, "batch_size": 4, "device": "cpu", "checkpoint_every": 3},
-        "metrics": {"eval_every": 0, "spectral_every": 0, "attention_stats_every": 0},
-        "kernel": {"preset": "fa2"},
-    },
-    "variants": {"fa2": {}, "sfa": {"kernel": {"preset": "sfa"}}},
-}  # fmt: skip
+TINY = tiny_suite(
+    {
+        "base": {
+            "train": {"steps": 6, "checkpoint_every": 3},
+            "metrics": {"eval_every": 0, "spectral_every": 0, "attention_stats_every": 0},
+            "kernel": {"preset": "fa2"},
+        },
+        "variants": {"fa2": {}, "sfa": {"kernel": {"preset": "sfa"}}},
+    }
+)
 
 
 def write(tmp_path: Path, raw, name: str = "suite.yaml") -> str:

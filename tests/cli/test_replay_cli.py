@@ -10,23 +10,20 @@ from typing import Any
 
 import pytest
 import yaml
+from tiny_suite import tiny_suite
 
-TINY: dict[str, Any] = {
-    "name": "tiny",
-    "seeds": [0],
-    "base": {
-        "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32,
-                  "attention": {"impl": "flashprobe", "backend": "emulator"}},
-        "data": {"max_bytes": 100_000},
-        "schedule": {"warmup_steps": 2, "min_lr": 1e-4},
-        "train": {"steps": 6, "batch_size": 4, "device": "cpu", "checkpoint_every": 3},
-        "metrics": {"eval_every": 0, "spectral_every": 0, "attention_stats_every": 0},
-        "kernel": {"preset": "paper-code"},
-        "capture": {"layers": [0, 1], "steps": [2, 4], "max_bytes": 1_000_000},
-    },
-    "variants": {"paper-code": {}},
-    "replay": {"baseline": "paper-code", "backend": "emulator"},
-}  # fmt: skip
+TINY: dict[str, Any] = tiny_suite(
+    {
+        "base": {
+            "train": {"steps": 6, "checkpoint_every": 3},
+            "metrics": {"eval_every": 0, "spectral_every": 0, "attention_stats_every": 0},
+            "kernel": {"preset": "paper-code"},
+            "capture": {"layers": [0, 1], "steps": [2, 4], "max_bytes": 1_000_000},
+        },
+        "variants": {"paper-code": {}},
+        "replay": {"baseline": "paper-code", "backend": "emulator"},
+    }
+)
 #: One switch at a time, as ablations/adamw-attribution.yaml: inherits the regime, no captures.
 OTHER = {
     "inherit": "tiny.yaml",

@@ -20,6 +20,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from tiny_suite import tiny_suite
 
 from flashprobe.attribution.replay import replay_suites
 from flashprobe.runner.branches import check_branches
@@ -33,25 +34,26 @@ from flashprobe.suites.suite import expand_suite
 CUT_AT = 14  # fa2 seed 1 stops after this step
 CAPTURED = [5, 9, 25]  # the replayed store's capture steps (touchy diverges at 12)
 
-TINY: dict[str, Any] = {
-    "name": "tiny",
-    "seeds": [0],
-    "base": {
-        "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32,
-                  "attention": {"impl": "flashprobe", "backend": "emulator"}},
-        "data": {"max_bytes": 100_000},
-        "optimizer": {"lr": 3e-3},
-        "schedule": {"warmup_steps": 2, "min_lr": 1e-4},
-        "train": {"steps": 30, "batch_size": 4, "device": "cpu", "checkpoint_every": 10},
-        "metrics": {"log_every": 10, "eval_every": 10, "eval_batches": 1, "spectral_every": 10,
-                    "attention_stats_every": 10},
-        "kernel": {"preset": "fa2", "block_n": 16},
-    },
-    "variants": {
-        "fa2": {},
-        "touchy": {"divergence": {"rise_margin": 1e-6, "min_step": 12, "patience": 1}},
-    },
-}  # fmt: skip
+TINY: dict[str, Any] = tiny_suite(
+    {
+        "base": {
+            "optimizer": {"lr": 3e-3},
+            "train": {"steps": 30, "checkpoint_every": 10},
+            "metrics": {
+                "log_every": 10,
+                "eval_every": 10,
+                "eval_batches": 1,
+                "spectral_every": 10,
+                "attention_stats_every": 10,
+            },
+            "kernel": {"preset": "fa2", "block_n": 16},
+        },
+        "variants": {
+            "fa2": {},
+            "touchy": {"divergence": {"rise_margin": 1e-6, "min_step": 12, "patience": 1}},
+        },
+    }
+)
 
 
 class _CutAt(SuiteEvents):
