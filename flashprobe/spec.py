@@ -27,6 +27,7 @@ from flashprobe.yaml_io import load_yaml, read_yaml
 Precision = Literal["bf16", "fp32"]
 SoftmaxMode = Literal["standard", "stabilized", "fused_scale"]
 DeltaSource = Literal["o_lowp", "o_fp32", "o_recompute", "dp_p"]
+MaskedTiles = Literal["skip", "release"]
 
 #: Spellings of "one tile spanning the whole sequence" accepted for block_m / block_n.
 UNTILED_WORDS = ("full", "untiled", "none", "null")
@@ -78,6 +79,12 @@ FIELD_DOCS: dict[str, str] = {
     "tile's sum below it, O = P̄V/ℓ shrinks instead of becoming 0/0 = NaN, and lse (so the "
     "backward's P) carries the clamped ℓ. Set in paper-sfa; the release clamps without STABLE "
     "too, where ℓ >= 1 makes it inert, so paper-code leaves it off.",
+    "masked_tiles": "Causal key tiles that lie wholly past a row (every key after it). skip: "
+    "the row never visits them (FA2, the Triton tutorial). release: each one acts on the row "
+    "as in the paper's released kernel, which runs every key tile with the mask filled in "
+    "with −max: all its scores tie at the fill, so stabilized softmax raises the running max "
+    "to max(m, 0) (rescaling O and ℓ), and its row sum 0 is clamped to row_sum_floor and added "
+    "to ℓ (halving O on a row whose ℓ sat at the floor). Set in paper-sfa.",
 }
 
 
@@ -99,6 +106,7 @@ class KernelSpec:
     delta_precision: Precision = "fp32"
     ds_precision: Precision = "bf16"
     row_sum_floor: float | None = None
+    masked_tiles: MaskedTiles = "skip"
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -126,12 +134,12 @@ class KernelSpec:
         return make_spec(self, overrides)
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a dict; a field added later is left out while it is off (None), so
-        the JSON, `key()` and stored configs of every spec that does not use it stay as they
+        """The fields as a dict; a field added later is left out while it is off (its default),
+        so the JSON, `key()` and stored configs of every spec that does not use it stay as they
         were (a spec rebuilt from such a dict gets the same default back)."""
         out = dataclasses.asdict(self)
-        for name in OMITTED_WHEN_OFF:
-            if out[name] is None:
+        for name, off in OMITTED_WHEN_OFF.items():
+            if out[name] == off:
                 del out[name]
         return out
 
@@ -160,8 +168,8 @@ class KernelSpec:
 
 
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(KernelSpec))
-#: Fields that `to_dict` (hence `json` and `key()`) leaves out while they are None.
-OMITTED_WHEN_OFF: tuple[str, ...] = ("row_sum_floor",)
+#: Fields that `to_dict` (hence `json` and `key()`) leaves out while they hold this (off) value.
+OMITTED_WHEN_OFF: dict[str, Any] = {"row_sum_floor": None, "masked_tiles": "skip"}
 
 
 # -- construction ---------------------------------------------------------------------------
@@ -288,6 +296,7 @@ def _validate(spec: KernelSpec) -> None:
         ("delta_source", DeltaSource),
         ("delta_precision", Precision),
         ("ds_precision", Precision),
+        ("masked_tiles", MaskedTiles),
     ):
         choices = get_args(allowed)
         if getattr(spec, name) not in choices:
@@ -364,10 +373,13 @@ _register(
 )
 # The paper's stabilized flash attention (Alg. 3, β = 2 as in v4) on the fa2 kernel.
 _register("sfa", KernelSpec(softmax="stabilized", beta=2.0))
-# The paper's own code with STABLE=1, including its clamp of each tile's row sum at 1e-10.
+# The paper's own code with STABLE=1, including its clamp of each tile's row sum at 1e-10 and
+# its causal key tiles run even where wholly masked for a row.
 _register(
     "paper-sfa",
-    dataclasses.replace(PRESETS["paper-code"], softmax="stabilized", row_sum_floor=1e-10),
+    dataclasses.replace(
+        PRESETS["paper-code"], softmax="stabilized", row_sum_floor=1e-10, masked_tiles="release"
+    ),
 )
 # High precision everywhere a kernel can choose.
 _register(
@@ -386,6 +398,6 @@ PRESET_DOCS: dict[str, str] = {
     "tiles, bf16 δ.",
     "sfa": "The paper's stabilized flash attention (β = 2) on the fa2 kernel.",
     "paper-sfa": "The paper's released kernel with STABLE=1 (β = 2), tile row sums clamped at "
-    "1e-10 as released.",
+    "1e-10 and wholly masked causal tiles run, as released.",
     "fp32": "High precision everywhere: fp32 P̄, dS, δ from an fp32 O.",
 }

@@ -60,41 +60,66 @@ def released_forward(
     v: torch.Tensor,
     *,
     k_bucket_size: int,
+    q_bucket_size: int | None = None,
+    causal: bool = False,
     beta: float = 2.0,
     stable: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(o, lse) of the paper's released `FlashAttentionFunction.forward` (repository
-    ucker/why-low-precision-training-fails, attention.py), transcribed line by line for one
-    query bucket without mask or causality: every tensor in the input dtype (bf16 einsums,
-    exp, sums and running buffers), STABLE=1's tie shift (β, hard-coded 2 there), and each
-    tile's row sum clamped at EPSILON before it enters the running sum. lse = log ℓ + m is what
-    the release's backward recomputes P from."""
+    ucker/why-low-precision-training-fails, attention.py at 30ef021, lines 26-112), transcribed
+    line by line without the padding mask (`mask=None`): every tensor in the input dtype (bf16
+    einsums, exp, sums and running buffers; fp64 inputs give the fp64 golden of the same
+    arithmetic), STABLE=1's tie shift (l.84-89, β hard-coded 2 there), each tile's row sum
+    clamped at EPSILON before it enters the running sum (l.96), and causal attention as released
+    (l.76-78): every key tile runs, with the entries above the diagonal filled with
+    −finfo(dtype).max, so a tile wholly past a row is all fill, ties, and (STABLE) shifts the
+    running max to max(m, 0) and adds the clamped 0 to ℓ. (With more keys than queries the
+    release aligns the diagonal by `qk_len_diff`, kept here; flashprobe's tests use M = N.)
+    lse = log ℓ + m is what the release's backward recomputes P from."""
     max_neg_value = -torch.finfo(q.dtype).max
+    qk_len_diff = max(k.shape[-2] - q.shape[-2], 0)
     o = torch.zeros_like(q)
-    row_sums = torch.zeros((*q.shape[:-1], 1), dtype=q.dtype)
-    row_maxes = torch.full((*q.shape[:-1], 1), max_neg_value, dtype=q.dtype)
+    all_row_sums = torch.zeros((*q.shape[:-1], 1), dtype=q.dtype)
+    all_row_maxes = torch.full((*q.shape[:-1], 1), max_neg_value, dtype=q.dtype)
     scale = q.shape[-1] ** -0.5
-    for kc, vc in zip(k.split(k_bucket_size, dim=-2), v.split(k_bucket_size, dim=-2), strict=True):
-        attn_weights = torch.einsum("... i d, ... j d -> ... i j", q, kc) * scale
-        block_row_maxes = attn_weights.amax(dim=-1, keepdim=True)
-        if stable:
-            close_to_max = attn_weights >= (block_row_maxes - 1e-3)
-            tied = close_to_max.sum(dim=-1, keepdim=True) > 1
-            block_row_maxes = torch.where(
-                tied & (block_row_maxes > 0), beta * block_row_maxes, block_row_maxes
-            )
-            block_row_maxes = torch.where(tied & (block_row_maxes < 0), 0, block_row_maxes)
-        new_row_maxes = torch.maximum(block_row_maxes, row_maxes)
-        exp_weights = torch.exp(attn_weights - new_row_maxes)
-        block_row_sums = exp_weights.sum(dim=-1, keepdim=True).clamp(min=RELEASE_EPSILON)
-        exp_values = torch.einsum("... i j, ... j d -> ... i d", exp_weights, vc)
-        exp_row_max_diff = torch.exp(row_maxes - new_row_maxes)
-        new_row_sums = exp_row_max_diff * row_sums + block_row_sums
-        o.mul_(exp_row_max_diff).add_(exp_values)
-        row_maxes.copy_(new_row_maxes)
-        row_sums.copy_(new_row_sums)
-    o.div_(row_sums)
-    lse = row_sums.log() + row_maxes
+    q_bucket_size = q_bucket_size or q.shape[-2]
+    row_splits = zip(
+        q.split(q_bucket_size, dim=-2),
+        o.split(q_bucket_size, dim=-2),
+        all_row_sums.split(q_bucket_size, dim=-2),
+        all_row_maxes.split(q_bucket_size, dim=-2),
+        strict=True,
+    )
+    for ind, (qc, oc, row_sums, row_maxes) in enumerate(row_splits):
+        q_start_index = ind * q_bucket_size - qk_len_diff
+        col_splits = zip(k.split(k_bucket_size, dim=-2), v.split(k_bucket_size, dim=-2), strict=True)
+        for k_ind, (kc, vc) in enumerate(col_splits):
+            k_start_index = k_ind * k_bucket_size
+            attn_weights = torch.einsum("... i d, ... j d -> ... i j", qc, kc) * scale
+            if causal and q_start_index < (k_start_index + k_bucket_size - 1):
+                causal_mask = torch.ones((qc.shape[-2], kc.shape[-2]), dtype=torch.bool).triu(
+                    q_start_index - k_start_index + 1
+                )
+                attn_weights.masked_fill_(causal_mask, max_neg_value)
+            block_row_maxes = attn_weights.amax(dim=-1, keepdim=True)
+            if stable:
+                close_to_max = attn_weights >= (block_row_maxes - 1e-3)
+                tied = close_to_max.sum(dim=-1, keepdim=True) > 1
+                block_row_maxes = torch.where(
+                    tied & (block_row_maxes > 0), beta * block_row_maxes, block_row_maxes
+                )
+                block_row_maxes = torch.where(tied & (block_row_maxes < 0), 0, block_row_maxes)
+            new_row_maxes = torch.maximum(block_row_maxes, row_maxes)
+            exp_weights = torch.exp(attn_weights - new_row_maxes)
+            block_row_sums = exp_weights.sum(dim=-1, keepdim=True).clamp(min=RELEASE_EPSILON)
+            exp_values = torch.einsum("... i j, ... j d -> ... i d", exp_weights, vc)
+            exp_row_max_diff = torch.exp(row_maxes - new_row_maxes)
+            new_row_sums = exp_row_max_diff * row_sums + block_row_sums
+            oc.mul_(exp_row_max_diff).add_(exp_values)
+            row_maxes.copy_(new_row_maxes)
+            row_sums.copy_(new_row_sums)
+        oc.div_(row_sums)
+    lse = all_row_sums.log() + all_row_maxes
     return o, lse[..., 0]
 
 

@@ -8,7 +8,9 @@ stage), with every step of docs/semantics.md made explicit:
 * running max: standard/fused_scale `m' = r`, stabilized `m' = beta*r` (or 0) on a tied tile;
 * P̄: `exp2(x - m)` exactly (standard, stabilized) or `exp2(fma(s_raw, scale*LOG2E, -m))`;
 * P̄ rounded or not before P̄V, ℓ from the rounded or unrounded P̄, fp32 or bf16 accumulators;
-* each logical tile's row sum clamped from below (row_sum_floor, the paper's release) or not.
+* each logical tile's row sum clamped from below (row_sum_floor, the paper's release) or not;
+* causal key tiles wholly past a row skipped, or applied as the release runs them
+  (masked_tiles = release: after the key loop, in closed form, `_release_masked_tiles`).
 
 `spec.block_n` is a numerics choice (where m is updated), so it is the kernel's logical key
 tile. Tiles up to `BLOCK_N` keys run in one pass per tile. Wider logical tiles (the paper's
@@ -112,6 +114,38 @@ def _floor_tile_l(l_tile, r, ROW_SUM_FLOOR: tl.constexpr):
         return tl.where(r > float("-inf"), tl.maximum(l_tile, ROW_SUM_FLOOR), l_tile)
     else:
         return l_tile
+
+
+@triton.jit
+def _release_masked_tiles(acc, l_i, m_i, offs_m, start_m, N, tile_n,
+                          BLOCK_M: tl.constexpr, SOFTMAX: tl.constexpr, ACC_LOW: tl.constexpr,
+                          L_LOW: tl.constexpr, ROW_SUM_FLOOR: tl.constexpr, LOW: tl.constexpr,
+                          INTERPRET: tl.constexpr):  # fmt: skip
+    """masked_tiles = release: the logical key tiles wholly past each row (causal), which the
+    key loop skips, applied as the paper's released kernel runs them with the mask filled in.
+
+    They all come after the row's last visible tile, so applying them after the loop keeps the
+    release's order. Every fill score ties, so the first such tile (when it has more than one
+    key) moves a stabilized running max to max(m, 0), rescaling O and ℓ by α; P̄ = 0, so O
+    changes by nothing else, and each tile adds its row sum 0 clamped to ROW_SUM_FLOOR to ℓ
+    (rounded as every ℓ update is)."""
+    n_tiles = tl.cdiv(N, tile_n)
+    first_past = offs_m // tile_n + 1  # the first logical tile wholly past the row
+    n_past = n_tiles - first_past
+    if SOFTMAX == _STABILIZED:
+        width = tl.minimum(tile_n, N - first_past * tile_n)
+        m_new = tl.where((n_past > 0) & (width > 1), tl.maximum(m_i, 0.0), m_i)
+    else:
+        m_new = m_i
+    alpha = tl.where(m_new > m_i, tl.exp2(m_i - m_new), 1.0)
+    acc = acc * alpha[:, None]
+    if ACC_LOW:
+        acc = rnd(acc, LOW, INTERPRET)  # oc.mul_(α).add_(0) on the bf16 buffer
+    floor = tl.full([BLOCK_M], ROW_SUM_FLOOR, tl.float32)
+    for t in range(0, n_tiles - (start_m * BLOCK_M) // tile_n - 1):
+        l_i = tl.where(t < n_past, _running_l(l_i, floor, alpha, L_LOW, LOW, INTERPRET), l_i)
+        alpha = tl.full([BLOCK_M], 1.0, tl.float32)  # the running max moves on the first only
+    return acc, l_i, m_new
 
 
 @triton.jit
@@ -262,8 +296,8 @@ def attn_fwd_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     TWO_PASS: tl.constexpr, CAUSAL: tl.constexpr, SCORE_LOW: tl.constexpr,
     SOFTMAX: tl.constexpr, P_LOW: tl.constexpr, ACC_LOW: tl.constexpr, L_LOW: tl.constexpr,
-    L_FROM_ROUNDED: tl.constexpr, ROW_SUM_FLOOR: tl.constexpr, STORE_O32: tl.constexpr,
-    INSTRUMENT: tl.constexpr, INTERPRET: tl.constexpr,
+    L_FROM_ROUNDED: tl.constexpr, ROW_SUM_FLOOR: tl.constexpr, RELEASE_MASKED: tl.constexpr,
+    STORE_O32: tl.constexpr, INSTRUMENT: tl.constexpr, INTERPRET: tl.constexpr,
 ):  # fmt: skip
     """One program: BLOCK_M query rows of one (batch, head), over key/value head head // GROUP.
 
@@ -326,6 +360,12 @@ def attn_fwd_kernel(
             scale, qk_scale, tie_tol, beta,
             HEAD_DIM, BLOCK_N, True, CAUSAL, SCORE_LOW, SOFTMAX, P_LOW, ACC_LOW,
             L_LOW, L_FROM_ROUNDED, ROW_SUM_FLOOR, INSTRUMENT, INTERPRET, LOW,
+        )  # fmt: skip
+
+    if CAUSAL and RELEASE_MASKED:
+        acc, l_i, m_i = _release_masked_tiles(
+            acc, l_i, m_i, offs_m, start_m, N, tile_n, BLOCK_M, SOFTMAX, ACC_LOW, L_LOW,
+            ROW_SUM_FLOOR, LOW, INTERPRET,
         )  # fmt: skip
 
     # Epilogue (semantics step 8): divide in fp32, round once to the output dtype.

@@ -187,6 +187,17 @@ def rounded_row_sum_floor(spec: KernelSpec, low_dtype: torch.dtype) -> float | N
     return floor or None
 
 
+def released_masked_rows(
+    rows: torch.Tensor, start: int, causal: bool, spec: KernelSpec
+) -> torch.Tensor:
+    """[M] bool: rows that the causal key tile starting at `start` lies wholly past (all its
+    keys after the row) and that still run it, as the paper's released kernel does
+    (masked_tiles = release). Its scores are the fill −max, all masked here (x = −inf, so P̄ = 0),
+    but each one ties with the tile max: stabilized softmax shifts the tile max to 0 (if the
+    tile has more than one key), and its row sum 0 is clamped to the floor."""
+    return rows < start if causal and spec.masked_tiles == "release" else rows < 0
+
+
 def tile_row_sum(
     p: torch.Tensor, p_used: torch.Tensor, spec: KernelSpec, floor: float | None = None
 ) -> torch.Tensor:
@@ -281,12 +292,15 @@ def online_softmax_forward(
 
     floor = rounded_row_sum_floor(spec, low_dtype)
     block_n = spec.block_n or n_k
+    rows = torch.arange(n_q, device=s_raw.device)
     for start in range(0, n_k, block_n):
         cols = slice(start, start + block_n)  # the last tile may be partial
         x, keep = x_all[..., cols], keep_all[..., cols]
 
         r, ties = tile_max_and_ties(x, keep, spec)
-        active = r > -math.inf  # rows with a visible key in this tile; the others skip it
+        past = released_masked_rows(rows, start, causal, spec)  # rows this tile lies past
+        ties = torch.where(past, min(block_n, n_k - start), ties)  # every fill score ties
+        active = (r > -math.inf) | past  # rows that see a key here; the others skip the tile
         m_new = torch.where(active, running_max(m, r, ties, spec), m)
 
         p = p_bar(x, s_raw[..., cols], keep, m_new, spec, scale=scale)
@@ -301,7 +315,7 @@ def online_softmax_forward(
         l = torch.where(active, l_new, l)  # noqa: E741
         m = m_new
 
-        tie_events += (active & (ties > 1)).to(torch.int32)
+        tie_events += (active & ~past & (ties > 1)).to(torch.int32)  # real scores only
         p_bar_ones += (p_used == 1.0).sum(dim=-1, dtype=torch.int32)
 
     o_fp32, lse = epilogue(acc, l, m)
