@@ -149,8 +149,61 @@ def tied_max_rows(
     return (q, k, v, do), torch.softmax(s, dim=-1) @ v.double()
 
 
+def negative_max_rows(max_logit: float, *, n: int, d: int = 16, seed: int = 0) -> QKV:
+    """(q, k, v, dO) in bf16, n queries and n keys: every row's scores are exactly `max_logit`
+    (< 0, an integer) at key 0, its one maximum, and max_logit − 1 at every other key, so the
+    stabilized tie rule never fires on the row's own scores and its running max stays negative
+    until a wholly masked tile's all-tied fill (masked_tiles = release) moves it to 0."""
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.zeros(1, 1, n, d)
+    k = torch.zeros(1, 1, n, d)
+    q[0, 0, :, 0] = max_logit
+    q[0, 0, :, 1] = 1.0
+    k[0, 0, :, 0] = 4.0  # scale 1/4 at d 16: q·k·scale = max_logit + k[1]/4
+    k[0, 0, 1:, 1] = -4.0
+    v = torch.randn(1, 1, n, d, generator=gen) - 1.0
+    do = torch.randn(1, 1, n, d, generator=gen)
+    q, k, v, do = (t.to(torch.bfloat16) for t in (q, k, v, do))
+    return q, k, v, do
+
+
+def causal_exact(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Exact causal (top-left) attention in fp64."""
+    s = q.double() @ k.double().transpose(-2, -1) / math.sqrt(q.shape[-1])
+    past = torch.ones(s.shape[-2:], dtype=torch.bool).triu(1)
+    return torch.softmax(s.masked_fill(past, -math.inf), dim=-1) @ v.double()
+
+
+def row_gate(x: torch.Tensor, reference: torch.Tensor, golden: torch.Tensor) -> torch.Tensor:
+    """The error gate (`flashprobe.numerics.gate`) row by row: [rows] bool, True where a row's
+    ||x − golden|| / ||golden|| is at most GATE_FACTOR × the reference's plus bf16's unit
+    roundoff 2⁻⁸ (the absolute norm where the golden row is 0). NaN never passes. Rows are
+    judged one by one because a shrunken row is orders of magnitude smaller than its
+    neighbours and vanishes from the whole tensor's error; the floor is one rounding of a row
+    (the whole-tensor gate's 2⁻¹⁰ assumes errors averaged over many rows), which a reference
+    exact by luck on a 16-wide row (the release's bf16 α cancelling in O = α·acc / α·ℓ)
+    would otherwise turn into a zero bound."""
+    from flashprobe.numerics.gate import GATE_FACTOR
+
+    def error(t: torch.Tensor) -> torch.Tensor:
+        t64, g64 = t.double().flatten(0, -2), golden.double().flatten(0, -2)
+        norm = g64.norm(dim=-1)
+        return (t64 - g64).norm(dim=-1) / torch.where(norm > 0, norm, torch.ones_like(norm))
+
+    bound = GATE_FACTOR * error(reference) + 2.0**-8
+    return error(x) <= bound  # False for NaN
+
+
 @pytest.fixture
 def release() -> SimpleNamespace:
     """The released kernel's forward (`released_forward`) and the rows that probe its clamp
-    (`tied_max_rows`, `TIED_KEYS`)."""
-    return SimpleNamespace(forward=released_forward, rows=tied_max_rows, tied_keys=TIED_KEYS)
+    (`tied_max_rows`, `TIED_KEYS`) and its wholly masked causal tiles (`negative_max_rows`,
+    with `causal_exact`)."""
+    return SimpleNamespace(
+        forward=released_forward,
+        rows=tied_max_rows,
+        tied_keys=TIED_KEYS,
+        negative_rows=negative_max_rows,
+        causal_exact=causal_exact,
+        row_gate=row_gate,
+    )

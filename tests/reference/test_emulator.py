@@ -516,6 +516,97 @@ def test_row_sum_floor_leaves_ordinary_rows_bit_identical(make_qkv, causal, bloc
         assert torch.equal(getattr(bwd, name), getattr(plain_bwd, name)), name
 
 
+# -- masked_tiles: causal key tiles wholly past a row, as the release runs them ----------------
+#: Tied maxima of the causal rows (row i gets CAUSAL_MAXES[i % 8]): 5 and 10 shrink at β 7, 25+
+#: at β 2 (20 and above underflow to O = 0 at β 7).
+CAUSAL_MAXES = [0.0, 5.0, 10.0, 20.0, 25.0, 30.0, 35.0, 40.0]
+RELEASE_TILE = 512  # model.py: q_bucket_size = k_bucket_size = 512
+
+
+def released_causal(release, q, k, v, beta: float = 2.0, tile: int = RELEASE_TILE):
+    """(o, lse) of the release in the inputs' dtype and o of its fp64 golden, causal. The
+    release's bf16 lse is log ℓ and its sum with m each rounded: within two bf16 spacings."""
+    kwargs = dict(k_bucket_size=tile, q_bucket_size=RELEASE_TILE, causal=True, beta=beta)
+    o, lse = release.forward(q, k, v, **kwargs)
+    golden, _ = release.forward(q.double(), k.double(), v.double(), **kwargs)
+    return o, lse, golden
+
+
+@pytest.mark.parametrize("n", [1024, 1000])
+@pytest.mark.parametrize("beta", [2.0, 7.0])
+def test_masked_tiles_release_matches_the_causal_release(release, beta: float, n: int) -> None:
+    """Causal paper-sfa, 512-key tiles, rows whose tied maxima r (keys 3 and 17) shift to β·r.
+    On rows 17-511 the first tile's sum sits at the floor; the release then runs the wholly
+    masked second tile and adds one more floor to ℓ, halving O. masked_tiles = release passes
+    the error gate row by row against the fp64 golden of the release's arithmetic and halves
+    those rows as it does; skip leaves them twice as large and fails the same gate."""
+    (q, k, v, do), _ = release.rows([CAUSAL_MAXES[i % 8] for i in range(n)], n=n)
+    exact = release.causal_exact(q, k, v)
+    o_release, lse_release, golden = released_causal(release, q, k, v, beta)
+    spec = make_spec("paper-sfa", {"beta": beta})
+    assert spec.masked_tiles == "release"
+    fwd = emulate_forward(q, k, v, spec, causal=True)
+    skip = emulate_forward(q, k, v, spec.replace(masked_tiles="skip"), causal=True)
+
+    assert_gate("o", fwd.o, o_release, golden, dtype=BF16)
+    passed = release.row_gate(fwd.o, o_release, golden)
+    assert passed.all(), passed.logical_not().nonzero().flatten()
+    assert ((fwd.lse - lse_release.float()).abs() <= 2 * bf16_spacing(lse_release)).all()
+
+    rows = torch.arange(n)
+    got, want, skipped = (o_ratio(o, exact) for o in (fwd.o, o_release, skip.o))
+    shrunk = (rows >= 17) & (rows < RELEASE_TILE) & (want > 0) & (want < 0.3)
+    assert shrunk.sum() > 100, want
+    assert torch.allclose(got[shrunk], want[shrunk], rtol=0.02, atol=0), (got, want)
+    assert torch.allclose(skipped[shrunk], 2 * want[shrunk], rtol=0.02, atol=0), skipped
+    assert not release.row_gate(skip.o, o_release, golden)[shrunk].any()
+    # no tile lies wholly past a row of the second query tile: the two modes agree bit for bit
+    assert torch.equal(fwd.o[..., RELEASE_TILE:, :], skip.o[..., RELEASE_TILE:, :])
+    # the backward's P (from lse) carries the same shrink
+    p_sum = softmax_sum_error_qk(q, k, fwd.lse, spec, causal=True, scale=0.25).flatten() + 1
+    assert torch.allclose(p_sum[shrunk].double(), got[shrunk], rtol=0.01, atol=1e-6)
+
+
+@pytest.mark.parametrize(("n", "lifted"), [(1024, True), (513, False)])
+def test_masked_tiles_release_lifts_a_negative_running_max_to_zero(
+    release, n: int, lifted: bool
+) -> None:
+    """Rows whose one maximum logit is −26 (no tie of their own, so m = −26 and ℓ ≈ 1 + i/e).
+    The release's wholly masked second tile is all tied fill: m becomes 0, O and ℓ are rescaled
+    by e^−26 and ℓ gains the floor, so the first rows shrink (row 0 to ≈ 0.05). A last tile of
+    one key (n 513) cannot tie: m stays and only the floor, far below ℓ, is added."""
+    q, k, v, _ = release.negative_rows(-26.0, n=n)
+    exact = release.causal_exact(q, k, v)
+    o_release, lse_release, golden = released_causal(release, q, k, v)
+    spec = PRESETS["paper-sfa"]
+    fwd = emulate_forward(q, k, v, spec, causal=True)
+    skip = emulate_forward(q, k, v, spec.replace(masked_tiles="skip"), causal=True)
+
+    assert_gate("o", fwd.o, o_release, golden, dtype=BF16)
+    passed = release.row_gate(fwd.o, o_release, golden)
+    assert passed.all(), passed.logical_not().nonzero().flatten()
+    assert ((fwd.lse - lse_release.float()).abs() <= 2 * bf16_spacing(lse_release)).all()
+    got, want = o_ratio(fwd.o, exact), o_ratio(o_release, exact)
+    first = slice(0, 32)
+    if lifted:
+        assert (want[first] < 0.5).all(), want
+        assert torch.allclose(got[first], want[first], rtol=0.02, atol=0), (got, want)
+        assert not release.row_gate(skip.o, o_release, golden)[first].any()
+    else:
+        assert torch.allclose(want, torch.ones_like(want), atol=0.01), want
+        assert torch.equal(fwd.o, skip.o)
+
+
+def test_masked_tiles_only_acts_causally_and_when_set(make_qkv) -> None:
+    """Without causality no tile lies past a row; presets other than paper-sfa keep skip."""
+    q, k, v, _ = make_qkv(1, 2, 77, 77, 32, BF16, seed=5)
+    spec = PRESETS["paper-sfa"].replace(block_n=16)
+    full = emulate_forward(q, k, v, spec, causal=False)
+    assert torch.equal(full.o, emulate_forward(q, k, v, spec.replace(masked_tiles="skip"),
+                                               causal=False).o)  # fmt: skip
+    assert [n for n, p in PRESETS.items() if p.masked_tiles != "skip"] == ["paper-sfa"]
+
+
 def test_row_sum_floor_is_rounded_to_the_input_dtype() -> None:
     """As `.clamp(min=1e-10)` on a bf16 tensor: bf16 holds 1.00044e-10, fp16 flushes it to 0."""
     spec = PRESETS["paper-sfa"]
