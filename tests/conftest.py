@@ -151,16 +151,18 @@ def tied_max_rows(
 
 def negative_max_rows(max_logit: float, *, n: int, d: int = 16, seed: int = 0) -> QKV:
     """(q, k, v, dO) in bf16, n queries and n keys: every row's scores are exactly `max_logit`
-    (< 0, an integer) at key 0, its one maximum, and max_logit − 1 at every other key, so the
-    stabilized tie rule never fires on the row's own scores and its running max stays negative
-    until a wholly masked tile's all-tied fill (masked_tiles = release) moves it to 0."""
+    (< 0, an integer) at key 0, its maximum, and max_logit − 1 − j/2 at key j >= 1, so every key
+    tile's max is one key (distinct in bf16 down to −128: n <= 200; past that only far below
+    the row max), the stabilized tie rule never fires on the row's own scores, ℓ ≈ 1.9 and the
+    running max stays at max_logit until a wholly masked tile's all-tied fill (masked_tiles =
+    release) moves it to 0."""
     gen = torch.Generator().manual_seed(seed)
     q = torch.zeros(1, 1, n, d)
     k = torch.zeros(1, 1, n, d)
     q[0, 0, :, 0] = max_logit
     q[0, 0, :, 1] = 1.0
     k[0, 0, :, 0] = 4.0  # scale 1/4 at d 16: q·k·scale = max_logit + k[1]/4
-    k[0, 0, 1:, 1] = -4.0
+    k[0, 0, 1:, 1] = -4.0 - 2.0 * torch.arange(n - 1)  # even integers: exact in bf16
     v = torch.randn(1, 1, n, d, generator=gen) - 1.0
     do = torch.randn(1, 1, n, d, generator=gen)
     q, k, v, do = (t.to(torch.bfloat16) for t in (q, k, v, do))

@@ -570,6 +570,11 @@ def test_only_paper_sfa_compiles_the_clamp() -> None:
     assert switches == {name: 0.0 for name in PRESETS} | {
         "paper-sfa": torch.tensor(1e-10).bfloat16().item()
     }
+    released = {
+        name: launch.forward_switches(spec, instrument=False, keep_o_fp32=False)["RELEASE_MASKED"]
+        for name, spec in PRESETS.items()
+    }
+    assert released == {name: name == "paper-sfa" for name in PRESETS}
     fp16 = launch.forward_switches(
         PRESETS["paper-sfa"], instrument=False, keep_o_fp32=False, dtype=torch.float16
     )
@@ -577,16 +582,18 @@ def test_only_paper_sfa_compiles_the_clamp() -> None:
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("masked_tiles", ["skip", "release"])
 @pytest.mark.parametrize("max_one_pass", [64, 16], ids=["one-pass", "two-pass"])
-def test_row_sum_floor_skips_key_tiles_a_row_cannot_see(
-    release, device: str, max_one_pass: int
+def test_row_sum_floor_on_key_tiles_a_row_cannot_see(
+    release, device: str, max_one_pass: int, masked_tiles: str
 ) -> None:
     """Causal, 64-row query tiles, 32-key tiles: rows 17-31 tie (keys 3 and 17) in the first
-    tile and see nothing of the second. The clamp must skip that tile for them, as the emulator
-    does (one more 1e-10 in ℓ would halve their shrunken O)."""
+    tile and see nothing of the second, which the kernel visits for rows 32-63. skip: the clamp
+    must skip that tile for them; release: it adds one more 1e-10 to ℓ, halving their shrunken
+    O, though the key loop skipped it; as the emulator does either way."""
     (q, k, v, _), _ = release.rows([30.0] * 64)
     q, k, v = (t.to(device) for t in (q, k, v))
-    spec = make_spec("paper-sfa", {"block_n": 32})
+    spec = make_spec("paper-sfa", {"block_n": 32, "masked_tiles": masked_tiles})
     config = FwdConfig(block_m=64, sub_n=16, num_warps=4, num_stages=1, max_one_pass=max_one_pass)
     out = launch.attention_forward(
         q, k, v, causal=True, spec=spec, scale=default_scale(q), config=config
@@ -594,3 +601,99 @@ def test_row_sum_floor_skips_key_tiles_a_row_cannot_see(
     emu = emulate_forward(q, k, v, spec, causal=True)
     assert_close_to_emulator("o", out.o, emu.o, MAX_ULPS_BF16_ACC)
     assert_fp32_close("lse", out.lse, emu.lse, 2.0**-7)
+
+
+# -- masked_tiles: causal key tiles wholly past a row, as the release runs them -----------------
+CAUSAL_MAXES = [0.0, 5.0, 10.0, 20.0, 25.0, 30.0, 35.0, 40.0]  # as tests/reference
+
+
+def released_causal(release, q, k, v, tile: int, beta: float = 2.0):
+    """(o, lse) of the release in bf16 and o of its fp64 golden, causal, 512-query tiles."""
+    kwargs = dict(k_bucket_size=tile, q_bucket_size=512, causal=True, beta=beta)
+    o, lse = release.forward(q, k, v, **kwargs)
+    golden, _ = release.forward(q.double(), k.double(), v.double(), **kwargs)
+    return o, lse, golden
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    ("n", "block_n", "beta"),
+    [(1024, 512, 2.0), (1000, 512, 7.0), (200, 32, 2.0), (200, 32, 7.0)],
+    ids=["1024-two-pass-b2", "1000-two-pass-b7", "200-one-pass-b2", "200-one-pass-b7"],
+)
+def test_masked_tiles_release_like_the_release_and_the_emulator(
+    release, device: str, n: int, block_n: int, beta: float
+) -> None:
+    """Causal paper-sfa on rows whose tied maxima shift to β·r (tests/reference's rows): the
+    kernel applies the tiles wholly past each row after its key loop, and must equal the
+    emulator, pass the error gate row by row against the fp64 golden of the release, and shrink
+    the floor-bound rows as the release does (halved per such tile); skip fails that gate.
+    Where it is cheap under the interpreter (n 200) the backward, which recomputes P from the
+    kernel's lse, must equal the emulator's too."""
+    (q, k, v, do), _ = release.rows([CAUSAL_MAXES[i % 8] for i in range(n)], n=n)
+    exact = release.causal_exact(q, k, v)
+    o_release, _, golden = released_causal(release, q, k, v, block_n, beta)
+    spec = make_spec("paper-sfa", {"beta": beta, "block_n": block_n})
+    q, k, v, do = (t.to(device) for t in (q, k, v, do))
+    emu = emulate_forward(q, k, v, spec, causal=True)
+    if n < 512:
+        o, stats, dq, dk, dv = run_kernel(q, k, v, do, spec, causal=True)
+        lse = stats.lse
+        emu_b = emulate_backward(q, k, v, o, do, lse, spec, causal=True)
+        for grad_name, got_grad, want_grad in (("dq", dq, emu_b.dq), ("dk", dk, emu_b.dk),
+                                               ("dv", dv, emu_b.dv)):  # fmt: skip
+            assert_close_to_emulator(grad_name, got_grad, want_grad, MAX_ULPS)
+    else:  # forward only: the interpreter's backward at n 1024 would take minutes
+        out = launch.attention_forward(q, k, v, causal=True, spec=spec, scale=0.25)
+        o, lse = out.o, out.lse
+    assert_close_to_emulator("o", o, emu.o, MAX_ULPS_BF16_ACC)
+    assert_fp32_close("lse", lse, emu.lse, 2.0**-7)
+
+    o = o.cpu()
+    assert_gate("o", o, o_release, golden, dtype=torch.bfloat16)
+    passed = release.row_gate(o, o_release, golden)
+    assert passed.all(), passed.logical_not().nonzero().flatten()
+    got, want = o_ratio(o, exact), o_ratio(o_release, exact)
+    rows = torch.arange(n)
+    shrunk = (rows >= 17) & (rows < n - block_n) & (want > 0) & (want < 0.3)
+    assert shrunk.sum() > 10, want
+    assert torch.allclose(got[shrunk], want[shrunk], rtol=0.02, atol=0), (got, want)
+    if n < 512:  # the kernel with the switch off (cheap here): O too large, fails the gate
+        skip = launch.attention_forward(
+            q, k, v, causal=True, spec=spec.replace(masked_tiles="skip"), scale=0.25
+        )
+        assert not release.row_gate(skip.o.cpu(), o_release, golden)[shrunk].any()
+        # every tile of a shrunk row adds one floor: ℓ counts all tiles, or only those it sees
+        tiles = -(-n // block_n)
+        share = tiles / (rows // block_n + 1).double()
+        skipped = o_ratio(skip.o, exact)
+        assert torch.allclose(skipped[shrunk], share[shrunk] * want[shrunk], rtol=0.02, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_masked_tiles_release_lifts_negative_rows(release, device: str) -> None:
+    """193 keys in 32-key tiles: rows with one maximum at −26 have their running max lifted to
+    0 by the first wholly masked tile (rows < 160, shrunk to ≈ 0.09 as ℓ·e^−26 falls below
+    the floor); rows 160-191 have only the last, one-key tile past them, which cannot tie, so
+    they keep m and equal skip bit for bit. As the emulator and the release."""
+    q, k, v, _ = release.negative_rows(-26.0, n=193)
+    exact = release.causal_exact(q, k, v)
+    o_release, _, golden = released_causal(release, q, k, v, 32)
+    spec = make_spec("paper-sfa", {"block_n": 32})
+    q, k, v = (t.to(device) for t in (q, k, v))
+    out = launch.attention_forward(q, k, v, causal=True, spec=spec, scale=0.25)
+    o = out.o
+    emu = emulate_forward(q, k, v, spec, causal=True)
+    assert_close_to_emulator("o", o, emu.o, MAX_ULPS_BF16_ACC)
+    assert_fp32_close("lse", out.lse, emu.lse, 2.0**-7)
+    passed = release.row_gate(o.cpu(), o_release, golden)
+    assert passed.all(), passed.logical_not().nonzero().flatten()
+    got, want = o_ratio(o, exact), o_ratio(o_release, exact)
+    lifted = slice(0, 160)
+    assert (want[lifted] < 0.2).all(), want
+    assert torch.allclose(got[lifted], want[lifted], rtol=0.02, atol=0), (got, want)
+    skip = launch.attention_forward(
+        q, k, v, causal=True, spec=spec.replace(masked_tiles="skip"), scale=0.25
+    )
+    assert torch.equal(o[..., 160:192, :], skip.o[..., 160:192, :])
+    assert not release.row_gate(skip.o.cpu(), o_release, golden)[lifted].any()
