@@ -42,8 +42,14 @@ def test_presets_are_the_documented_kernels() -> None:
     }
     assert PRESETS["sfa"].diff(fa2) == {"softmax": "stabilized"} and PRESETS["sfa"].beta == 2.0
     # the release clamps each tile's row sum at 1e-10 (attention.py, EPSILON)
-    assert PRESETS["paper-sfa"].diff(paper) == {"softmax": "stabilized", "row_sum_floor": 1e-10}
+    # and runs causal key tiles wholly past a row (masked_fill with −max, attention.py l.76-78)
+    assert PRESETS["paper-sfa"].diff(paper) == {
+        "softmax": "stabilized",
+        "row_sum_floor": 1e-10,
+        "masked_tiles": "release",
+    }
     assert all(p.row_sum_floor is None for n, p in PRESETS.items() if n != "paper-sfa")
+    assert all(p.masked_tiles == "skip" for n, p in PRESETS.items() if n != "paper-sfa")
     assert PRESETS["fp32"].diff(fa2) == {
         "p_bar_precision": "fp32",
         "delta_source": "o_fp32",
@@ -113,7 +119,9 @@ def test_yaml_round_trip(tmp_path) -> None:
     flat.write_text("".join(f"{line}\n" for line in body))
     nested = tmp_path / "nested.yaml"  # the same under `kernel:`, next to other settings
     nested.write_text("kernel:\n" + "".join(f"  {line}\n" for line in body) + "seed: 1\n")
-    want = PRESETS["paper-sfa"].replace(block_n=None, beta=7, row_sum_floor=None)
+    want = PRESETS["paper-sfa"].replace(
+        block_n=None, beta=7, row_sum_floor=None, masked_tiles="skip"
+    )
     assert spec_from_yaml(flat) == spec_from_yaml(str(nested)) == want
 
 
@@ -209,7 +217,7 @@ def test_frozen_hashable_and_keyed() -> None:
     assert spec.replace(beta=3).key() != spec.key()  # every field counts, even inert ones
     assert spec.to_dict()["block_n"] == 64
     # a field added later is left out while off, so older specs keep their JSON and key
-    assert set(spec.to_dict()) == set(FIELD_NAMES) - {"row_sum_floor"}
+    assert set(spec.to_dict()) == set(FIELD_NAMES) - {"row_sum_floor", "masked_tiles"}
     assert set(PRESETS["paper-sfa"].to_dict()) == set(FIELD_NAMES)
 
 
@@ -219,8 +227,9 @@ def test_presets_without_a_row_sum_floor_keep_their_stored_keys() -> None:
               "fp32": "7794dd0ddb47"}  # fmt: skip
     assert {name: PRESETS[name].key() for name in stored} == stored
     paper_sfa = PRESETS["paper-sfa"]
-    assert paper_sfa.key() != paper_sfa.replace(row_sum_floor=None).key()
-    assert paper_sfa.replace(row_sum_floor=None).key() == "1e986cc3e411"  # paper-sfa before it
+    before_floor = paper_sfa.replace(row_sum_floor=None, masked_tiles="skip")
+    assert paper_sfa.key() != paper_sfa.replace(masked_tiles="skip").key() != before_floor.key()
+    assert before_floor.key() == "1e986cc3e411"  # paper-sfa before both fields
     # a dict without the field (a stored config) rebuilds the spec with the floor off
     assert KernelSpec(**PRESETS["fa2"].to_dict()) == PRESETS["fa2"]
     assert KernelSpec(**paper_sfa.to_dict()) == paper_sfa
@@ -239,6 +248,15 @@ def test_row_sum_floor_values(value, want) -> None:
 def test_bad_row_sum_floor_is_one_line_error(value) -> None:
     with pytest.raises(FlashprobeError, match="row_sum_floor"):
         make_spec("paper-sfa", {"row_sum_floor": value})
+
+
+def test_masked_tiles_values() -> None:
+    assert make_spec("fa2", parse_assignments(["masked_tiles=release"])).masked_tiles == "release"
+    assert make_spec("paper-sfa", {"masked_tiles": "skip"}).masked_tiles == "skip"
+    assert "masked_tiles" in PRESETS["paper-sfa"].to_dict()
+    for value in ("all", None, True):
+        with pytest.raises(FlashprobeError, match="masked_tiles must be one of skip, release"):
+            make_spec("paper-sfa", {"masked_tiles": value})
 
 
 def test_l_accumulator_follows_the_accumulator_unless_set() -> None:

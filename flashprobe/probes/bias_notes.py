@@ -43,17 +43,19 @@ def make_notes(results: Sequence[VariantResult], c: BiasConfig) -> list[str]:
                 "excess = O − bf16(fp64 O), what the kernel adds"
             )
     # each stabilized variant against the standard kernel it modifies, on the same rows (the
-    # released kernel's clamp, row_sum_floor, is inert without the shift: paper-code lacks it)
+    # released kernel's clamp, row_sum_floor, and its wholly masked causal tiles, masked_tiles,
+    # are inert without the shift: paper-code lacks them)
     for r in results:
         if r.spec is None or r.spec.softmax != "stabilized":
             continue
-        base = r.spec.replace(softmax="standard", beta=KernelSpec().beta, row_sum_floor=None)
+        released_off = {"row_sum_floor": None, "masked_tiles": "skip"}
+        base = r.spec.replace(softmax="standard", beta=KernelSpec().beta, **released_off)
         o = next(
             (
                 o
                 for o in results
                 if o.spec is not None
-                and o.spec.replace(row_sum_floor=None) == base
+                and o.spec.replace(**released_off) == base
                 and rows_of(o) == rows_of(r)
             ),
             None,
