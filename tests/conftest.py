@@ -92,7 +92,9 @@ def released_forward(
     )
     for ind, (qc, oc, row_sums, row_maxes) in enumerate(row_splits):
         q_start_index = ind * q_bucket_size - qk_len_diff
-        col_splits = zip(k.split(k_bucket_size, dim=-2), v.split(k_bucket_size, dim=-2), strict=True)
+        col_splits = zip(
+            k.split(k_bucket_size, dim=-2), v.split(k_bucket_size, dim=-2), strict=True
+        )
         for k_ind, (kc, vc) in enumerate(col_splits):
             k_start_index = k_ind * k_bucket_size
             attn_weights = torch.einsum("... i d, ... j d -> ... i j", qc, kc) * scale

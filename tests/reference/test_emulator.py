@@ -540,7 +540,7 @@ def test_masked_tiles_release_matches_the_causal_release(release, beta: float, n
     masked second tile and adds one more floor to ℓ, halving O. masked_tiles = release passes
     the error gate row by row against the fp64 golden of the release's arithmetic and halves
     those rows as it does; skip leaves them twice as large and fails the same gate."""
-    (q, k, v, do), _ = release.rows([CAUSAL_MAXES[i % 8] for i in range(n)], n=n)
+    (q, k, v, _), _ = release.rows([CAUSAL_MAXES[i % 8] for i in range(n)], n=n)
     exact = release.causal_exact(q, k, v)
     o_release, lse_release, golden = released_causal(release, q, k, v, beta)
     spec = make_spec("paper-sfa", {"beta": beta})
