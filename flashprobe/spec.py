@@ -84,7 +84,8 @@ FIELD_DOCS: dict[str, str] = {
     "as in the paper's released kernel, which runs every key tile with the mask filled in "
     "with −max: all its scores tie at the fill, so stabilized softmax raises the running max "
     "to max(m, 0) (rescaling O and ℓ), and its row sum 0 is clamped to row_sum_floor and added "
-    "to ℓ (halving O on a row whose ℓ sat at the floor). Set in paper-sfa.",
+    "to ℓ (halving O on a row whose ℓ sat at the floor). paper-sfa sets release; the other "
+    "presets skip.",
 }
 
 
