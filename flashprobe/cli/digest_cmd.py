@@ -67,8 +67,8 @@ def digest_report_command(
     safe: str | None = typer.Option(
         None,
         "--safe",
-        help="The ranking's add-design reference (default: the suite's replay.safe, else the "
-        "variant the most others are one change from).",
+        help="The ranking's add-design reference (default: the suite's replay.safe, else a "
+        "variant named safe / fp32 or with the fp32 kernel, as `flashprobe report`).",
     ),
     plot: Path | None = typer.Option(None, "--plot", help="Write PNG figures into this folder."),
     fmt: str = typer.Option("markdown", "--format", help="markdown, text or json."),

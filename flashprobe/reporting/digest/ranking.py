@@ -11,10 +11,9 @@ only its inputs come from digests:
                 same regime (digest.reference): adamw-attribution trains paper-code only to its
                 branch step, so its outcome comes from quick's paper-code. Borrowed runs count
                 on the seeds the suite trained only (the same data order as the branched runs).
-    safe        the add design's reference: --safe, else the suite's replay.safe, else the
-                variant nearest to the most others (adamw-attribution's fa2: the fa2-* variants
-                are each one switch from it), else attribution.ranking's rule (named safe /
-                fp32, or the fp32 kernel)
+    safe        the add design's reference: --safe, else the suite's replay.safe (fa2 in
+                adamw-attribution), else attribution.ranking's rule (named safe / fp32, or the
+                fp32 kernel), as `flashprobe report` picks it
     components  each variant's config diff against its reference; the capture and the planned
                 steps are left out (a branch source trained to its branch step, a borrowed
                 reference of another length)
@@ -209,37 +208,10 @@ def _roles(
     replay = declared.get("replay") if isinstance(declared.get("replay"), Mapping) else {}
     components = replay.get("components") if isinstance(replay.get("components"), Mapping) else {}
     components = {str(k): str(v) for k, v in components.items()}
-    notes = []
     if safe is None and replay.get("safe") in configs:
         safe = str(replay["safe"])
-    if safe is None:
-        safe = nearest_hub(configs, baseline)
-        if safe is not None:
-            notes.append(f"ranking: safe (add design's reference): {safe}, the variant the most "
-                         "others are one change from (--safe)")  # fmt: skip
-    if safe is None:
-        roles = resolve_roles(cells, baseline, None, components)
-        notes += [f"ranking: {n}" for n in roles.notes]
-        return roles, notes
-    return Roles(baseline, safe, components), notes
-
-
-def nearest_hub(configs: Mapping[str, Mapping[str, Any]], baseline: str) -> str | None:
-    """The variant (not the baseline) that is the one nearest config (fewest differing keys) of
-    the most other variants, at least two; None when no single one is."""
-    counts: dict[str, int] = {}
-    for variant, config in configs.items():
-        if variant == baseline:
-            continue
-        dist = {u: len(component_diff(config, c)) for u, c in configs.items() if u != variant}
-        best = min(dist.values(), default=None)
-        nearest = [u for u, d in dist.items() if d == best]
-        if len(nearest) == 1 and nearest[0] != baseline:
-            counts[nearest[0]] = counts.get(nearest[0], 0) + 1
-    ranked = sorted(counts.items(), key=lambda x: -x[1])
-    if not ranked or ranked[0][1] < 2 or (len(ranked) > 1 and ranked[1][1] == ranked[0][1]):
-        return None
-    return ranked[0][0]
+    roles = resolve_roles(cells, baseline, safe, components)  # the rule `flashprobe report` uses
+    return roles, [f"ranking: {n}" for n in roles.notes]
 
 
 def pooled_mechanism(

@@ -193,7 +193,8 @@ def build_digest_reports(
     if safe is not None and not any(c.variant == safe for c in every):
         raise FlashprobeError(f"no variant {safe!r} (--safe) in the digests")
     declared = _declared_references(digests)
-    choose_cells(every, chosen, reference)  # a run named in no suite: a one-line error here
+    if chosen:
+        choose_cells(every, chosen, reference)  # a run named in no suite: a one-line error
     counted, _ = one_run_per_seed(every)
     branches = _branches(digests, counted)
     return [

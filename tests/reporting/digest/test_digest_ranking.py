@@ -21,7 +21,7 @@ from flashprobe.spec import make_spec
 SEEDS = (0, 1, 2)
 BRANCHED = {"branch_from": "paper-code", "branch_step": 500}
 SUITES = {"attr": {"branch": {"from": "paper-code", "step": 500},
-                   "replay": {"baseline": "paper-code"}}}  # fmt: skip
+                   "replay": {"baseline": "paper-code", "safe": "fa2"}}}  # fmt: skip
 #: variant → its kernel, and the divergence step of seeds 0, 1, 2 (None: finished clean)
 ATTR: dict[str, tuple[dict[str, Any], tuple[int | None, ...]]] = {
     "fa2": ({"preset": "fa2"}, (None, None, None)),
