@@ -5,6 +5,7 @@ from flashprobe.cli import (  # noqa: F401
     bench_cmd,
     bias_cmd,
     digest_cmd,
+    logit_scale_cmd,
     replay_cmd,
     report_cmd,
     spec_cmd,

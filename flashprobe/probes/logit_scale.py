@@ -1,0 +1,252 @@
+"""`flashprobe logit-scale`: how far each variant's attention output and gradients are from fp64
+as the attention logits grow.
+
+Training runs that explode have logits in the thousands (docs/findings.md). This probe asks what
+each kernel computes there: for every target max logit L it draws q, k ~ N(0, 1), scales both so
+that the largest visible |scale·q·kᵀ| of each head is L, rounds them to bf16 (V, dO ~ N(0, 1) in
+bf16 too), runs each variant through the reference emulator (forward and backward) and measures
+the relative L2 error of O, δ, dQ, dK and dV against the fp64 golden on the same bf16 inputs.
+The same-dtype PyTorch attention (`numerics.gate.reference_attention`: scores, softmax and
+output each rounded to bf16) is measured beside them as `torch-bf16`, the reference of the
+project's error gate. Gaussian scores are a clean, reproducible stand-in for a trained model's:
+every row has one clear maximum, so the exact gradient is small and an error that spreads
+probability over keys shows up in full.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from flashprobe.errors import FlashprobeError
+from flashprobe.numerics.gate import reference_attention, reference_grads, rel_l2
+from flashprobe.reference.emulator import emulate_forward
+from flashprobe.reference.emulator_backward import emulate_backward
+from flashprobe.reference.golden import golden_backward, golden_forward
+from flashprobe.reference.threads import measurement_threads
+from flashprobe.spec import FIELD_NAMES, PRESETS, KernelSpec, make_spec, parse_assignments
+
+#: The quantities compared with the fp64 golden, in table order.
+QUANTITIES = ("o", "delta", "dq", "dk", "dv")
+#: The same-dtype PyTorch attention, measured beside the variants.
+TORCH_REFERENCE = "torch-bf16"
+DEFAULT_LOGITS = (10.0, 100.0, 1000.0, 4000.0)
+DEFAULT_VARIANTS = ("fa2", "paper-code", "sfa", "paper-sfa", "fp32")
+#: Larger problems than this many score elements per head would take minutes on a CPU.
+MAX_SCORES_PER_HEAD = 1 << 24
+
+
+@dataclass(frozen=True)
+class LogitScaleConfig:
+    """What `flashprobe logit-scale` measures; `variants` maps a name to its KernelSpec."""
+
+    variants: Mapping[str, KernelSpec]
+    logits: tuple[float, ...] = DEFAULT_LOGITS
+    seeds: tuple[int, ...] = (0,)
+    seq: int = 1024
+    heads: int = 4
+    head_dim: int = 64
+    causal: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.variants:
+            raise FlashprobeError("logit-scale needs at least one variant")
+        if not self.logits or any(not math.isfinite(x) or x <= 0 for x in self.logits):
+            raise FlashprobeError(f"--logits must be positive numbers, got {list(self.logits)}")
+        if not self.seeds:
+            raise FlashprobeError("--seed needs at least one seed")
+        if self.seq < 2:
+            raise FlashprobeError(f"--seq must be at least 2, got {self.seq}")
+        if self.heads < 1:
+            raise FlashprobeError(f"--heads must be at least 1, got {self.heads}")
+        if self.head_dim < 1 or self.head_dim & (self.head_dim - 1):
+            raise FlashprobeError(f"--head-dim must be a power of two, got {self.head_dim}")
+        if self.seq * self.seq > MAX_SCORES_PER_HEAD:
+            raise FlashprobeError(
+                f"--seq {self.seq} is too long for the CPU emulator (at most "
+                f"{math.isqrt(MAX_SCORES_PER_HEAD)})"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "variants": {name: spec.to_dict() for name, spec in self.variants.items()},
+            "logits": list(self.logits),
+            "seeds": list(self.seeds),
+            "seq": self.seq,
+            "heads": self.heads,
+            "head_dim": self.head_dim,
+            "causal": self.causal,
+        }
+
+
+@dataclass(frozen=True)
+class ScaleRow:
+    """One variant at one target logit: its error per quantity, per seed and averaged."""
+
+    variant: str
+    target_logit: float
+    max_logit: float  # the largest visible |logit| of the bf16 inputs, over seeds
+    errors: dict[str, list[float | None]]  # quantity → one relative L2 error per seed
+
+    def mean(self, quantity: str) -> float | None:
+        values = self.errors[quantity]
+        if any(v is None for v in values):
+            return None
+        return sum(values) / len(values)  # type: ignore[arg-type]
+
+    def to_dict(self) -> dict[str, Any]:
+        row: dict[str, Any] = {
+            "variant": self.variant,
+            "target_logit": self.target_logit,
+            "max_logit": self.max_logit,
+        }
+        row.update({q: self.mean(q) for q in QUANTITIES})
+        row["per_seed"] = self.errors
+        return row
+
+
+@dataclass(frozen=True)
+class LogitScaleReport:
+    config: LogitScaleConfig
+    rows: list[ScaleRow]
+    environment: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "config": self.config.to_dict(),
+            "rows": [r.to_dict() for r in self.rows],
+            "environment": self.environment,
+            "method": __doc__.split("\n\n")[1] if __doc__ else "",
+        }
+
+
+def parse_variant(text: str) -> tuple[str, KernelSpec]:
+    """`PRESET` or `PRESET:FIELD=VALUE[,FIELD=VALUE...]` (values read as YAML scalars)."""
+    base, sep, rest = text.strip().partition(":")
+    if base not in PRESETS:
+        raise FlashprobeError(
+            f"variant {text!r}: unknown preset {base!r}; choose one of: {', '.join(PRESETS)}"
+        )
+    items = [p for p in rest.split(",") if p.strip()] if sep else []
+    if sep and not items:
+        raise FlashprobeError(f"variant {text!r}: nothing after ':'")
+    fields = parse_assignments(items)
+    unknown = sorted(set(fields) - set(FIELD_NAMES))
+    if unknown:
+        raise FlashprobeError(
+            f"variant {text!r}: unknown kernel spec field {unknown[0]!r}; "
+            f"known: {', '.join(FIELD_NAMES)}"
+        )
+    try:
+        return text.strip(), make_spec(base, fields)
+    except FlashprobeError as exc:
+        raise FlashprobeError(f"variant {text!r}: {exc}") from None
+
+
+def suite_variants(config: str) -> tuple[dict[str, KernelSpec], list[str]]:
+    """The kernel of every variant of a suite file (a path or a bundled name), as `ablate`
+    expands it, and the variants left out: those whose layers do not all run one flashprobe
+    kernel (PyTorch attention, or different kernels per layer)."""
+    from flashprobe.attribution.replay_variants import layer_groups, suite_file_variants
+
+    kernels: dict[str, KernelSpec] = {}
+    left_out: list[str] = []
+    for name, variant in suite_file_variants(config).items():
+        model = variant.model(variant.runs[0].point)
+        specs = {spec for groups in layer_groups(model).values() for _, spec in groups}
+        if None in specs or len(specs) != 1:
+            left_out.append(name)
+        else:
+            kernels[name] = specs.pop()
+    return kernels, left_out
+
+
+def make_inputs(
+    target_logit: float, config: LogitScaleConfig, seed: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """bf16 q, k, v, dO [1, heads, seq, head_dim]; each head's largest visible |logit| ≈ target."""
+    gen = torch.Generator().manual_seed(seed)
+    shape = (1, config.heads, config.seq, config.head_dim)
+    q, k, v, do = (torch.randn(shape, generator=gen, dtype=torch.float64) for _ in range(4))
+    logits = _visible_logits(q, k, config.causal)
+    largest = logits.abs().amax(dim=(-2, -1), keepdim=True)
+    factor = torch.sqrt(target_logit / largest)  # q and k each scaled by √(L / max)
+    return tuple(t.to(torch.bfloat16) for t in (q * factor, k * factor, v, do))  # type: ignore[return-value]
+
+
+def _visible_logits(q: torch.Tensor, k: torch.Tensor, causal: bool) -> torch.Tensor:
+    logits = (q.double() @ k.double().transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    if causal:
+        logits = logits.tril()  # hidden entries become 0, which never raises the max |logit|
+    return logits
+
+
+@measurement_threads()
+def _errors(
+    spec: KernelSpec | None,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    do: torch.Tensor,
+    causal: bool,
+    golden: dict[str, torch.Tensor],
+) -> dict[str, float | None]:
+    if spec is None:  # the same-dtype PyTorch attention
+        o, _ = reference_attention(q, k, v, causal=causal)
+        dq, dk, dv = reference_grads(q, k, v, do, causal=causal)
+        got = {"o": o, "dq": dq, "dk": dk, "dv": dv}
+    else:
+        fwd = emulate_forward(q, k, v, spec, causal=causal)
+        bwd = emulate_backward(q, k, v, fwd.o, do, fwd.lse, spec, causal=causal, o_fp32=fwd.o_fp32)
+        got = {"o": fwd.o, "delta": bwd.delta, "dq": bwd.dq, "dk": bwd.dk, "dv": bwd.dv}
+    return {name: rel_l2(got[name], golden[name]) if name in got else None for name in QUANTITIES}
+
+
+def run_logit_scale(config: LogitScaleConfig) -> LogitScaleReport:
+    """Every variant (and `torch-bf16`) at every target logit, on every seed."""
+    from flashprobe.environment import environment
+
+    kernels: dict[str, KernelSpec | None] = {**config.variants, TORCH_REFERENCE: None}
+    rows: list[ScaleRow] = []
+    for target in config.logits:
+        errors: dict[str, dict[str, list[float | None]]] = {
+            name: {q: [] for q in QUANTITIES} for name in kernels
+        }
+        max_logit = 0.0
+        for seed in config.seeds:
+            q, k, v, do = make_inputs(target, config, seed)
+            max_logit = max(max_logit, _visible_logits(q, k, config.causal).abs().max().item())
+            fwd = golden_forward(q, k, v, causal=config.causal)
+            bwd = golden_backward(q, k, v, do, causal=config.causal)
+            golden = {"o": fwd.o, "delta": bwd.delta, "dq": bwd.dq, "dk": bwd.dk, "dv": bwd.dv}
+            for name, spec in kernels.items():
+                for quantity, value in _errors(spec, q, k, v, do, config.causal, golden).items():
+                    errors[name][quantity].append(value)
+        rows += [ScaleRow(name, target, max_logit, errors[name]) for name in kernels]
+    return LogitScaleReport(config, rows, environment("cpu"))
+
+
+def variants_from_options(
+    names: Sequence[str], suite_file: str | None
+) -> tuple[dict[str, KernelSpec], list[str]]:
+    """--variant strings in order, then a suite file's variants (the defaults when neither), and
+    the suite's variants left out (`suite_variants`)."""
+    chosen: dict[str, KernelSpec] = {}
+    for text in names or ([] if suite_file else DEFAULT_VARIANTS):
+        name, spec = parse_variant(text)
+        chosen[name] = spec
+    left_out: list[str] = []
+    if suite_file:
+        kernels, left_out = suite_variants(suite_file)
+        for name, spec in kernels.items():
+            if name in chosen and chosen[name] != spec:
+                raise FlashprobeError(
+                    f"variant {name!r} is named by --variant and by --variants-from "
+                    f"{suite_file} with different kernels"
+                )
+            chosen.setdefault(name, spec)
+    return chosen, left_out
