@@ -101,8 +101,8 @@ def flashprobe_args(call: list[str]) -> list[str] | None:
 
 
 def check_ablate(args: list[str], store: Path, run_cli: RunCli) -> list[str]:
-    args = list(args)
-    if "--store" in args:
+    args = [a for a in args if not a.startswith("--store=")]
+    if "--store" in args:  # the store goes under tmp_path (a dry run writes nothing anyway)
         at = args.index("--store")
         del args[at : at + 2]
     code, out, err = run_cli([*args, "--dry-run", "--store", str(store), "--format", "json"])
@@ -131,7 +131,7 @@ def check_parsed(args: list[str]) -> list[str]:
     _register_commands()
     name, rest = args[0], args[1:]
     try:
-        params = get_command(app).commands[name].make_context(name, rest).params  # type: ignore[attr-defined]
+        params = get_command(app).commands[name].make_context(name, rest).params
         if params.get("variants_from"):
             find_suite(params["variants_from"])
     except FlashprobeError as exc:
