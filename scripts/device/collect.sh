@@ -2,17 +2,18 @@
 # Wait up to WAIT seconds for the background queue (queue.sh), then write into OUT: a digest of
 # every store named in STORES (default /tmp/adamw), the queue log and the shard logs' tails, the
 # queue's own outputs (GPU tests, profile, replay, report; a queue line replays, not this), the
-# stores' replay.json files in one tar, and a GPU snapshot.
+# stores' replay.json files in one tar, and a GPU snapshot. The queue's state folder is
+# $FLASHPROBE_QUEUE_STATE, as for queue.sh (default /tmp/device-queue).
 set -u
 OUT=${OUT:?set OUT}
 WAIT=${WAIT:-540}
 STORES=${STORES:-/tmp/adamw}
-STATE=/tmp/device-queue
+STATE=${FLASHPROBE_QUEUE_STATE:-/tmp/device-queue}
 # the digest records the code version the queue was started with (queue.sh kept it)
 [ -z "${FLASHPROBE_GIT_SHA:-}" ] && [ -s "$STATE/git_sha" ] && export FLASHPROBE_GIT_SHA=$(cat "$STATE/git_sha")
 mkdir -p "$OUT"
 end=$((SECONDS + WAIT))
-while [ $SECONDS -lt $end ] && [ ! -e "$STATE/done" ]; do sleep 5; done
+while [ $SECONDS -lt $end ] && [ ! -e "$STATE/done" ]; do sleep 1; done
 nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv >"$OUT/gpu.txt" 2>&1
 {
   cat "$STATE/queue.log"
