@@ -77,8 +77,9 @@ def _normalise_anywhere(config: Mapping[str, Any]) -> dict[str, Any]:
     return resolve_cell_config(config).to_dict()
 
 
-def machine_problems(suite: Suite) -> list[str]:
-    """What would stop this suite on this machine (no CUDA GPU, a missing data folder), one
+def machine_problems(suite: Suite, replay_from: Suite | None = None) -> list[str]:
+    """What would stop this suite on this machine (no CUDA GPU, a missing data folder, and with
+    `replay_from`, the whole suite whose replay: section runs after training, its backend), one
     line per problem naming its variants; empty when it can run here."""
     found: dict[str, list[str]] = {}
     for cell in suite.cells:
@@ -89,7 +90,8 @@ def machine_problems(suite: Suite) -> list[str]:
             except FlashprobeError as exc:
                 found.setdefault(str(exc), []).append(cell.variant)
     try:
-        replay_settings(suite)
+        if replay_from is not None:  # the whole suite: --variant narrows what trains, not this
+            replay_settings(replay_from)
     except FlashprobeError as exc:
         found.setdefault(f"replay: {exc}", [])
     lines = []

@@ -143,7 +143,7 @@ def plan_run(request: SuiteRequest, *, dry_run: bool = False, say: Say | None = 
     version = planning.code_version()
     store = ResultStore(request.store)
     cells = _plan(request, suite, store, version)
-    problems = tuple(machine_problems(suite)) if dry_run else ()
+    problems = tuple(machine_problems(suite, full if settings else None)) if dry_run else ()
     return SuitePlan(full, suite, store, version, cells, settings, problems)
 
 

@@ -78,6 +78,23 @@ def test_plan_run_writes_nothing_and_lists_what_it_cannot_check(tmp_path, make_s
     assert not (tmp_path / "store").exists()
 
 
+def test_a_dry_run_of_some_variants_checks_the_replay_of_the_whole_suite(
+    tmp_path, make_suite
+) -> None:
+    raw = make_suite(replay={"baseline": "fa2", "safe": "sfa"})
+    request = SuiteRequest(write(tmp_path, raw), store=tmp_path / "store", variants=("sfa",))
+    assert plan_run(request, dry_run=True).problems == ()
+    raw = make_suite(replay={"baseline": "fa2", "backend": "triton"})
+    request = SuiteRequest(write(tmp_path, raw), store=tmp_path / "store", variants=("sfa",))
+    assert plan_run(request, dry_run=True).problems == (
+        "replay: backend triton needs a CUDA GPU; use --backend emulator",
+    )
+    request = SuiteRequest(
+        write(tmp_path, raw), store=tmp_path / "s", variants=("sfa",), replay=False
+    )
+    assert plan_run(request, dry_run=True).problems == ()
+
+
 def test_a_shard_plans_its_cells_and_does_not_replay(tmp_path, make_suite) -> None:
     raw = make_suite(replay={"backend": "emulator"})
     said: list[str] = []

@@ -8,9 +8,8 @@ file shows there). The recorded calls are then checked on this machine:
 
 - `flashprobe ablate ...`: run in-process with `--dry-run` and the store under tmp_path. The
   dry run validates the whole suite on any machine (unknown variants, bad --set keys, missing
-  suites exit 2) and lists what only the target machine can check; the only such lines allowed
-  are the missing CUDA GPU and, under --no-replay, the replay section (machine_problems checks
-  it on the --variant-narrowed suite; --no-replay runs no replay).
+  suites exit 2) and lists what only the target machine can check; the only such line allowed
+  is the missing CUDA GPU.
 - `flashprobe replay` / `report`: parsed by the command's own parser (unknown options, extra
   arguments), `--variants-from` must name a suite; running them needs the trained store.
 - `python3 -m pytest`: the test paths must exist (`-n` needs pytest-xdist, which the device
@@ -108,7 +107,7 @@ def check_ablate(args: list[str], store: Path, run_cli: RunCli) -> list[str]:
     code, out, err = run_cli([*args, "--dry-run", "--store", str(store), "--format", "json"])
     if code != 0:
         return [f"exit {code}: {err.strip()}"]
-    allowed = [ALLOWED_ON_CPU] + (["replay: "] if "--no-replay" in args else [])
+    allowed = [ALLOWED_ON_CPU]
     lines = err.splitlines()
     problems = [line.removeprefix(NOT_CHECKED) for line in lines if line.startswith(NOT_CHECKED)]
     errors = [f"not checked here: {p}" for p in problems if not p.startswith(tuple(allowed))]
