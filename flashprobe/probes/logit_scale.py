@@ -210,6 +210,7 @@ def run_logit_scale(config: LogitScaleConfig) -> LogitScaleReport:
     """Every variant (and `torch-bf16`) at every target logit, on every seed."""
     from flashprobe.environment import environment
 
+    env = environment("cpu")  # before measuring: the code as it was when the run started
     kernels: dict[str, KernelSpec | None] = {**config.variants, TORCH_REFERENCE: None}
     rows: list[ScaleRow] = []
     for target in config.logits:
@@ -227,7 +228,7 @@ def run_logit_scale(config: LogitScaleConfig) -> LogitScaleReport:
                 for quantity, value in _errors(spec, q, k, v, do, config.causal, golden).items():
                     errors[name][quantity].append(value)
         rows += [ScaleRow(name, target, max_logit, errors[name]) for name in kernels]
-    return LogitScaleReport(config, rows, environment("cpu"))
+    return LogitScaleReport(config, rows, env)
 
 
 def variants_from_options(
