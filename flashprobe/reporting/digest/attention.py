@@ -21,6 +21,9 @@ from typing import Any
 from flashprobe.reporting.digest.schema import AttentionRecord, DigestCell
 
 FIELDS = ("max_logit", "tie_events", "p_bar_ones")
+#: Max logits whose first crossing a summary reports: where `flashprobe logit-scale` finds bf16
+#: scores' gradients wrong by half their size (1,000) and by more than their size (4,000).
+LOGIT_THRESHOLDS = (1e3, 4e3, 1e4)
 
 
 def records_until(cell: DigestCell, horizon: int | None = None) -> list[AttentionRecord]:
@@ -77,6 +80,9 @@ class AttentionSummary:
     peak_logit: tuple[float, int, int] | None  # (value, layer, step) up to end_step
     ties: tuple[Count | None, Count | None]  # first record, end record
     p_bar_ones: tuple[Count | None, Count | None]
+    #: (threshold, the first recorded step up to end_step whose max logit over layers reaches
+    #: it, or None)
+    crossings: tuple[tuple[float, int | None], ...] = ()
 
     @staticmethod
     def change(pair: tuple[Count | None, Count | None]) -> str | None:
@@ -104,6 +110,7 @@ class AttentionSummary:
             "ties_end": count(self.ties[1]),
             "p_bar_ones_first": count(self.p_bar_ones[0]),
             "p_bar_ones_end": count(self.p_bar_ones[1]),
+            "logit_crossings": [{"threshold": t, "step": step} for t, step in self.crossings],
         }  # fmt: skip
 
 
@@ -125,7 +132,13 @@ def summarise(cell: DigestCell, horizon: int | None = None) -> AttentionSummary 
         peak_logit=max(peaks, key=lambda p: (p[0], -p[2], -p[1])) if peaks else None,
         ties=(_count(first, "tie_events"), _count(end, "tie_events")),
         p_bar_ones=(_count(first, "p_bar_ones"), _count(end, "p_bar_ones")),
-    )
+        crossings=tuple((t, _first_reaching(max_series(before, "max_logit"), t))
+                        for t in LOGIT_THRESHOLDS),
+    )  # fmt: skip
+
+
+def _first_reaching(series: Sequence[tuple[int, float]], threshold: float) -> int | None:
+    return next((step for step, value in series if value >= threshold), None)
 
 
 def _count(record: AttentionRecord | None, name: str) -> Count | None:

@@ -80,11 +80,15 @@ RISE_LEGEND = (
 LAYER_COLS = ["layer", "W_Q from", "W_Q until", "W_Q ×", "W_Q rise", "W_K from", "W_K until",
               "W_K ×", "W_K rise"]  # fmt: skip
 ATTENTION_COLS = ["variant", "seed", "steps", "peak max logit (layer @ step)",
-                  "tie events (layer with most)", "P̄=1 entries (layer with most)"]  # fmt: skip
+                  "max logit first ≥ 1e3 / 4e3 / 1e4", "tie events (layer with most)",
+                  "P̄=1 entries (layer with most)"]  # fmt: skip
 ATTENTION_LEGEND = (
     "Counts at the first record → the last record before the divergence step (or the last "
     "one); they depend on the tile size (a tie counts per key tile) and the sampled batch: "
-    "compare a variant with itself over time."
+    "compare a variant with itself over time. Max logit first ≥: the first recorded step "
+    "before the divergence at which the largest logit over layers reached 1e3, 4e3 and 1e4 "
+    "(-: never), the scales at which `flashprobe logit-scale` finds bf16 scores' gradients "
+    "wrong by half their size and by more than their size."
 )
 
 
@@ -747,6 +751,7 @@ def _attention_rows(r: DigestSuiteReport) -> list[list[Any]]:
                 a.cell.seed,
                 f"{a.first_step} → {'-' if a.end_step is None else a.end_step}",
                 None if peak is None else f"{peak[0]:.3g} (layer {peak[1]} @ {peak[2]})",
+                " / ".join("-" if step is None else str(step) for _, step in a.crossings),
                 att.AttentionSummary.change(a.ties),
                 att.AttentionSummary.change(a.p_bar_ones),
             ]

@@ -42,8 +42,14 @@ def test_summary_stops_before_the_divergence(tmp_path: Path, make) -> None:
     assert (first.total, first.top_layer) == (40.0, 1)
     assert (end.total, end.top_layer, end.top) == (20.0, 0, 12.0)
     assert att.AttentionSummary.change(summary.p_bar_ones) == "150 → 290 (layer 1)"
+    assert summary.crossings == ((1e3, None), (4e3, None), (1e4, None))
     whole = att.summarise(_cell(tmp_path, make, RECORDS))
     assert whole.end_step == 29 and whole.peak_logit == (900.0, 0, 29)
+    big = [_record(9, {"0": 999.0}, {}, {}), _record(19, {"0": 3.0, "1": 4e3}, {}, {}),
+           _record(29, {"0": 2e4}, {}, {})]  # fmt: skip
+    crossings = att.summarise(_cell(tmp_path, make, big)).crossings
+    assert crossings == ((1e3, 19), (4e3, 19), (1e4, 29))
+    assert att.summarise(_cell(tmp_path, make, big, diverged=25)).crossings[2] == (1e4, None)
     capped = att.summarise(_cell(tmp_path, make, RECORDS), horizon=20)
     assert capped.end_step == 19
 
@@ -53,4 +59,5 @@ def test_uncounted_and_absent(tmp_path: Path, make) -> None:
     summary = att.summarise(_cell(tmp_path, make, sdpa))
     assert summary.ties == (None, None) and att.AttentionSummary.change(summary.ties) is None
     assert summary.to_dict()["peak_logit"] == {"value": 3.0, "layer": 0, "step": 9}
+    assert summary.to_dict()["logit_crossings"][0] == {"threshold": 1e3, "step": None}
     assert att.summarise(_cell(tmp_path, make, [])) is None
