@@ -32,7 +32,7 @@ def inputs(
 def test_the_forward_op_passes_opcheck(name: str, instrument: bool) -> None:
     q, k, v = (t.requires_grad_() for t in inputs(0))
     spec = SPECS[name].json
-    torch.library.opcheck(ops.attention_fwd, (q, k, v, True, spec, 0.2, instrument))
+    torch.library.opcheck(ops.attention_fwd, (q, k, v, True, spec, 0.2, instrument, "ordered"))
 
 
 @pytest.mark.parametrize("kv_heads", [2, 1], ids=["mha", "mqa"])
@@ -40,10 +40,10 @@ def test_the_backward_op_passes_opcheck(kv_heads: int) -> None:
     """Including k, v shared by both query heads: dK, dV come back in k's shape."""
     q, k, v = inputs(1, kv_heads=kv_heads)
     spec = SPECS["o_fp32"]
-    o, lse, o32, *_ = ops.attention_fwd(q, k, v, False, spec.json, 0.2, False)
+    o, lse, o32, *_ = ops.attention_fwd(q, k, v, False, spec.json, 0.2, False, "ordered")
     assert o32.shape == q.shape, "the o_fp32 spec keeps the fp32 O for its δ"
     do = torch.randn_like(o)
-    args = (q, k, v, o, lse, do, o32, False, spec.json, 0.2)
+    args = (q, k, v, o, lse, do, o32, False, spec.json, 0.2, "ordered")
     torch.library.opcheck(ops.attention_bwd, args)
 
 
