@@ -71,3 +71,27 @@ def test_a_compiled_call_has_no_graph_break_and_the_same_bits(return_stats: bool
     assert len(eager) == len(compiled) == (8 if return_stats else 4)
     for a, b in zip(eager, compiled, strict=True):
         assert torch.equal(a, b)
+
+
+def test_a_compiled_call_passes_the_dq_accumulation_to_the_backward(monkeypatch) -> None:
+    """The backward op runs the launch with the forward call's dq_accumulation."""
+    seen = []
+    launch_backward = ops.attention_backward
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(kwargs["dq_accumulation"])
+        return launch_backward(*args, **kwargs)
+
+    monkeypatch.setattr(ops, "attention_backward", spy)
+
+    def step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        from flashprobe.kernels import triton_attention
+
+        return triton_attention(q, k, v, causal=True, spec=SPECS["fa2"],
+                                dq_accumulation="atomic").float().sum()  # fmt: skip
+
+    torch._dynamo.reset()
+    leaves = [t.requires_grad_() for t in inputs(4)]
+    torch.compile(step, backend="aot_eager", fullgraph=True)(*leaves).backward()
+    assert seen == ["atomic"]
+    assert all(t.grad is not None and bool(torch.isfinite(t.grad).all()) for t in leaves)
