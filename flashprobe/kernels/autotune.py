@@ -66,13 +66,15 @@ def bwd_candidates(head_dim: int, atomic_dq: bool = False) -> list[tuning.BwdCon
 
 
 def atomic_dq_candidates(head_dim: int) -> list[tuning.BwdConfig]:
-    """The atomic-dQ backward's (block_m1, block_n1) tiles that compile for sm_90 without
-    spilling at this head dim (4 warps spill with 128-key blocks; tuning.atomic_dq_heuristic),
-    at 2 and 3 stages; block_m2, block_n2 (unused) repeat them."""
+    """(block_m1, block_n1) tiles of the atomic-dQ backward at 2 and 3 stages (block_m2,
+    block_n2, unused, repeat them): the heuristic's (tuning.atomic_dq_heuristic, no spills on
+    sm_90), smaller ones, and FlashAttention-2's larger ones, which spill in Triton (64×128 at
+    d 128, 128×128 at d 64) but may still win, as the ordered backward's tuned d 128 causal
+    config does."""
     if head_dim <= 64:
-        tiles = [(64, 128, 8), (32, 128, 8), (64, 64, 4), (32, 64, 4)]
+        tiles = [(64, 128, 8), (128, 128, 8), (32, 128, 8), (64, 64, 4), (32, 64, 4)]
     else:
-        tiles = [(32, 128, 8), (16, 128, 8), (32, 64, 8)]
+        tiles = [(32, 128, 8), (64, 128, 8), (16, 128, 8), (32, 64, 8), (64, 64, 8)]
     return [tuning.BwdConfig(m, n, m, n, warps, stages)
             for m, n, warps in tiles for stages in (2, 3)]  # fmt: skip
 
