@@ -701,13 +701,13 @@ def test_masked_tiles_release_lifts_negative_rows(release, device: str) -> None:
 
 
 # -- atomic dQ (the launch option dq_accumulation="atomic") -----------------------------------
-#: (M, N, head_dim, causal, heads, kv_heads, ds_precision): lengths that are no multiple of any
-#: tile, so the last key block holds padding keys and the last query block padding rows.
+#: (M, N, head_dim, causal, heads, kv_heads, ds_precision, dtype): lengths that are no multiple
+#: of any tile, so the last key block holds padding keys and the last query block padding rows.
 ATOMIC_CASES = {
-    "gqa-causal-d64-ds16": (50, 37, 64, True, 4, 2, "bf16"),
-    "mqa-full-d64-ds32": (37, 61, 64, False, 2, 1, "fp32"),
-    "mha-full-d32-ds16": (45, 70, 32, False, 2, 2, "bf16"),
-    "mha-causal-d16-ds32": (90, 90, 16, True, 2, 2, "fp32"),
+    "gqa-causal-d64-ds16": (50, 37, 64, True, 4, 2, "bf16", torch.bfloat16),
+    "mqa-full-d64-ds32": (37, 61, 64, False, 2, 1, "fp32", torch.bfloat16),
+    "mha-full-d32-ds16-fp16": (45, 70, 32, False, 2, 2, "bf16", torch.float16),
+    "mha-causal-d16-ds32": (90, 90, 16, True, 2, 2, "fp32", torch.bfloat16),
 }
 
 
@@ -730,9 +730,9 @@ def test_atomic_dq_matches_the_ordered_backward_and_the_gate(device: str, case: 
     """dQ summed with atomics differs from the ordered dQ only by the order of its fp32
     additions (bounded as kernel vs emulator, through autograd); dK and dV, whose loop is the
     same on the same tiles, are bit for bit the ordered ones; all three within the gate. With
-    dS rounded (ds16) and not (ds32), causal and not, grouped heads and not."""
-    m, n, d, causal, heads, kv_heads, ds = ATOMIC_CASES[case]
-    q, k, v, do = qkv_do(1, heads, m, n, d, torch.bfloat16, device, seed=11, kv_heads=kv_heads)
+    dS rounded (ds16) and not (ds32), causal and not, grouped heads and not, bf16 and fp16."""
+    m, n, d, causal, heads, kv_heads, ds, dtype = ATOMIC_CASES[case]
+    q, k, v, do = qkv_do(1, heads, m, n, d, dtype, device, seed=11, kv_heads=kv_heads)
     spec = make_spec("fa2", {"ds_precision": ds})
     ordered = run_kernel(q, k, v, do, spec, causal)
     atomic = run_kernel(q, k, v, do, spec, causal, dq_accumulation="atomic")
