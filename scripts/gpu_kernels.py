@@ -1,7 +1,7 @@
 """One device call for the Triton kernels: GPU tests, optional tuning, and the speed grid.
 
     PYTHONUNBUFFERED=1 python scripts/gpu_kernels.py --out $OUT [--no-tests] [--tune]
-        [--tune-seq 4096] [--no-grid]
+        [--tune-seq 4096] [--no-grid] [--atomic-dq]
 
 1. `pytest -m gpu tests` (every gpu-marked test; subprocess, xdist) → OUT/gpu_tests.log;
 2. meanwhile, every kernel variant to be timed is compiled once in parallel worker processes
@@ -13,6 +13,9 @@
 4. unless --no-grid: `flashprobe bench`'s grid (fa2, sfa, fa2 with stats against SDPA flash
    and cuDNN, and FlashAttention-2 and -3 where installed) → OUT/bench.json and the table on
    stdout.
+
+--atomic-dq adds the backward that sums dQ with atomics (launch option dq_accumulation): fa2's
+tuned too (`bwd|...|dot16-atomic` keys), and every preset timed both ways in the grid.
 """
 
 from __future__ import annotations
@@ -44,11 +47,15 @@ def _compile_task(task: tuple) -> str:
         if kind == "tune-fwd":
             cfg = tuning.FwdConfig(**config)
             autotune.forward_fn(causal, make_spec(spec_name), q, k, v, config=cfg)()
-        elif kind == "tune-bwd":
+        elif kind in ("tune-bwd", "tune-bwd-atomic"):
             cfg = tuning.BwdConfig(**config)
-            autotune.backward_fn(causal, make_spec(spec_name), q, k, v, do, config=cfg)()
+            how = "atomic" if kind == "tune-bwd-atomic" else "ordered"
+            autotune.backward_fn(causal, make_spec(spec_name), q, k, v, do, config=cfg,
+                                 dq_accumulation=how)()  # fmt: skip
         else:
-            impl = bench.Implementation(spec_name, make_spec(spec_name), instrument)
+            how = "atomic" if kind == "impl-atomic" else "ordered"
+            impl = bench.Implementation(spec_name, make_spec(spec_name), instrument,
+                                        dq_accumulation=how)  # fmt: skip
             bench.step_fn(bench.attend_fn(impl, shape), q, k, v, do, "fwd+bwd")()
         torch.cuda.synchronize()
     except Exception as exc:
@@ -60,7 +67,7 @@ def _compile_task(task: tuple) -> str:
 FWD_TUNED = (("fa2", False), ("sfa", False), ("fa2", True))
 
 
-def tune(out: Path, workers: int, seq: int) -> None:
+def tune(out: Path, workers: int, seq: int, atomic_dq: bool = False) -> None:
     import torch
 
     from flashprobe.kernels import autotune, launch, tuning
@@ -73,6 +80,10 @@ def tune(out: Path, workers: int, seq: int) -> None:
              for cfg in autotune.fwd_candidates(d)]  # fmt: skip
     tasks += [("tune-bwd", "fa2", d, c, tuning.config_dict(cfg), False)
               for d, c in configs for cfg in autotune.bwd_candidates(d)]  # fmt: skip
+    if atomic_dq:
+        tasks += [("tune-bwd-atomic", "fa2", d, c, tuning.config_dict(cfg), False)
+                  for d, c in configs
+                  for cfg in autotune.bwd_candidates(d, atomic_dq=True)]  # fmt: skip
     autotune.compile_in_parallel(_compile_task, tasks, workers)
     arch = tuning.arch_name(torch.device("cuda"))
     tuned: dict[str, dict[str, int]] = {}
@@ -98,6 +109,10 @@ def tune(out: Path, workers: int, seq: int) -> None:
             record(tuning.fwd_key(d, c, 64, "bf16", variant), fwd)
         bwd = autotune.tune_backward(inputs, c, make_spec("fa2"), autotune.bwd_candidates(d))
         record(tuning.bwd_key(d, c, "bf16", "dot16"), bwd)
+        if atomic_dq:
+            candidates = autotune.bwd_candidates(d, atomic_dq=True)
+            bwd = autotune.tune_backward(inputs, c, make_spec("fa2"), candidates, "atomic")
+            record(tuning.bwd_key(d, c, "bf16", "dot16-atomic"), bwd)
     path = tuning.TUNED_DIR / f"{arch}.json"
     merged = {**known, **tuned}
     path.write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n")
@@ -117,6 +132,7 @@ def main() -> None:
     parser.add_argument("--seqs", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
     parser.add_argument("--presets", nargs="+", default=["fa2", "sfa"])
     parser.add_argument("--repeats", type=int, default=3, help="round-robin rounds per shape")
+    parser.add_argument("--atomic-dq", action="store_true", help="also the atomic-dQ backward")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -139,13 +155,15 @@ def main() -> None:
     if args.tune:
         from flashprobe.kernels.tuning import TUNED_SEQ
 
-        tune(args.out, args.workers, args.tune_seq or TUNED_SEQ)
-    variants = [(p, False) for p in args.presets] + [(args.presets[0], True)]
+        tune(args.out, args.workers, args.tune_seq or TUNED_SEQ, args.atomic_dq)
+    variants = [("impl", p, False) for p in args.presets] + [("impl", args.presets[0], True)]
+    if args.atomic_dq:
+        variants += [("impl-atomic", p, False) for p in args.presets]
     tasks = [
-        ("impl", p, d, c, None, inst)
+        (kind, p, d, c, None, inst)
         for d in HEAD_DIMS
         for c in (True, False)
-        for p, inst in variants
+        for kind, p, inst in variants
     ]
     if not args.no_grid:
         autotune.compile_in_parallel(_compile_task, tasks, args.workers)
@@ -158,7 +176,8 @@ def main() -> None:
     if args.no_grid:
         return
     shapes = bench.default_shapes(seqs=args.seqs, head_dims=HEAD_DIMS)
-    impls = bench.implementations(args.presets, instrumented=True, peers=True)
+    dq = "both" if args.atomic_dq else "ordered"
+    impls = bench.implementations(args.presets, instrumented=True, peers=True, dq=dq)
     timings = bench.run_benchmark(shapes, impls, bench.MODES, repeats=args.repeats)
     payload = {
         "environment": environment("cuda"),

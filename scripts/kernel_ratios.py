@@ -22,6 +22,11 @@ RATIOS = (
     ("`fa2` forward ÷ FlashAttention-3", "fa2", "flash-attn-3", "fwd", "—"),
     ("`fa2` backward ÷ FlashAttention-3", "fa2", "flash-attn-3", "bwd", "—"),
     ("`fa2` forward + backward ÷ FlashAttention-3", "fa2", "flash-attn-3", "fwd+bwd", "—"),
+    # `flashprobe bench --dq both`: the backward with atomic dQ (rows only where it was timed)
+    ("`fa2+atomic-dq` backward ÷ SDPA flash", "fa2+atomic-dq", "sdpa-flash", "bwd", "—"),
+    ("`fa2+atomic-dq` backward ÷ SDPA cuDNN", "fa2+atomic-dq", "sdpa-cudnn", "bwd", "≥ 0.95×"),
+    ("`fa2+atomic-dq` fwd + bwd ÷ SDPA cuDNN", "fa2+atomic-dq", "sdpa-cudnn", "fwd+bwd", "—"),
+    ("`fa2+atomic-dq` ÷ `fa2`, backward", "fa2+atomic-dq", "fa2", "bwd", "—"),
     ("`sfa` ÷ `fa2`, forward", "sfa", "fa2", "fwd", "within 3%"),
     ("`sfa` ÷ `fa2`, forward + backward", "sfa", "fa2", "fwd+bwd", "—"),
     ("instrumentation on ÷ off, forward", "fa2+stats", "fa2", "fwd", "within 10%"),

@@ -38,6 +38,11 @@ def bench_command(
         help="Also time SDPA flash and cuDNN, and FlashAttention-2 and -3 where installed.",
     ),
     stats: bool = typer.Option(True, help="Also time the first preset with instrumentation on."),
+    dq: str = typer.Option(
+        "ordered",
+        help="How the presets' backward sums dQ: ordered (deterministic), atomic (fp32 atomics, "
+        "summation order varies run to run; named <preset>+atomic-dq) or both.",
+    ),
     json_path: Path | None = typer.Option(
         None, "--json", help="Write all timings to this new file."
     ),
@@ -61,6 +66,8 @@ def bench_command(
       flashprobe bench --preset fa2 --seq 4096 --head-dim 128 --mask causal --json bench.json
 
       flashprobe bench --heads 32 --kv-heads 8 --head-dim 128   # grouped-query attention
+
+      flashprobe bench --preset fa2 --dq both --no-stats   # ordered and atomic dQ, one grid
     """
     if json_path is not None and json_path.exists():
         raise FlashprobeError(f"{json_path} exists; choose a new --json path")
@@ -72,7 +79,7 @@ def bench_command(
         for s in bench.default_shapes(seq, head_dim, tokens, heads, dtype, kv_heads)
         if s.causal in causal
     ]
-    impls = bench.implementations(preset, instrumented=stats, peers=peers)
+    impls = bench.implementations(preset, instrumented=stats, peers=peers, dq=dq)
     timings = bench.run_benchmark(
         shapes,
         impls,
@@ -98,6 +105,7 @@ def bench_command(
                 "mask": mask,
                 "dtype": dtype,
                 "modes": mode,
+                "dq": dq,
                 "seed": seed,
                 "repeats": repeats,
             },

@@ -15,8 +15,10 @@ import torch
 from flashprobe.errors import FlashprobeError
 from flashprobe.kernels import ops
 from flashprobe.kernels.launch import (
+    DqAccumulation,
     attention_backward,
     attention_forward,
+    check_dq_accumulation,
     interpreting,
     last_dim_contiguous,
 )
@@ -36,6 +38,7 @@ def triton_attention(
     spec: KernelSpec | str | Any = None,
     scale: float | None = None,
     return_stats: bool = False,
+    dq_accumulation: DqAccumulation = "ordered",
 ) -> torch.Tensor | tuple[torch.Tensor, AttentionStats]:
     """Flash attention with the rounding points of `spec` (docs/semantics.md); differentiable.
 
@@ -43,22 +46,25 @@ def triton_attention(
     or fp16, on CUDA (or on CPU under TRITON_INTERPRET=1). Causal masking is top-left aligned.
     Returns o [B, H, M, D] in the input dtype, plus per-row AttentionStats when `return_stats`
     (instrumentation costs nothing when off: it is a compile-time switch).
+    dq_accumulation: "ordered" (deterministic) or "atomic" (faster; dQ's fp32 summation order
+    varies from run to run): `launch.DqAccumulation`.
     """
     spec = resolve_spec(spec)
     scale = _check_inputs(q, k, v, scale)
+    check_dq_accumulation(dq_accumulation)
     if torch.compiler.is_compiling():
         o, lse, _o32, row_max, tie_events, p_ones = ops.attention_fwd(
-            q, k, v, causal, spec.json, scale, return_stats
+            q, k, v, causal, spec.json, scale, return_stats, dq_accumulation
         )
         if not return_stats:
             return o
         return o, AttentionStats(lse=lse, row_max=row_max, tie_events=tie_events, p_bar_ones=p_ones)
     if return_stats:
         o, lse, row_max, tie_events, p_ones = _TritonAttention.apply(
-            q, k, v, causal, spec, scale, True
+            q, k, v, causal, spec, scale, True, dq_accumulation
         )
         return o, AttentionStats(lse=lse, row_max=row_max, tie_events=tie_events, p_bar_ones=p_ones)
-    return _TritonAttention.apply(q, k, v, causal, spec, scale, False)
+    return _TritonAttention.apply(q, k, v, causal, spec, scale, False, dq_accumulation)
 
 
 class _TritonAttention(torch.autograd.Function):
@@ -72,6 +78,7 @@ class _TritonAttention(torch.autograd.Function):
         spec: KernelSpec,
         scale: float,
         return_stats: bool,
+        dq_accumulation: DqAccumulation,
     ) -> Any:
         q, k, v = (last_dim_contiguous(t) for t in (q, k, v))
         out = attention_forward(q, k, v, causal=causal, spec=spec, scale=scale,
@@ -79,6 +86,7 @@ class _TritonAttention(torch.autograd.Function):
                                 keep_o_fp32=spec.delta_source == "o_fp32")  # fmt: skip
         ctx.save_for_backward(q, k, v, out.o, out.lse, out.o_fp32)
         ctx.causal, ctx.spec, ctx.scale = causal, spec, scale
+        ctx.dq_accumulation = dq_accumulation
         if not return_stats:
             return out.o
         stats = out.stats
@@ -91,8 +99,9 @@ class _TritonAttention(torch.autograd.Function):
     def backward(ctx: Any, do: torch.Tensor, *_unused: Any) -> Any:
         q, k, v, o, lse, o_fp32 = ctx.saved_tensors
         dq, dk, dv = attention_backward(q, k, v, o, lse, do, causal=ctx.causal, spec=ctx.spec,
-                                        scale=ctx.scale, o_fp32=o_fp32)  # fmt: skip
-        return dq, dk, dv, None, None, None, None
+                                        scale=ctx.scale, o_fp32=o_fp32,
+                                        dq_accumulation=ctx.dq_accumulation)  # fmt: skip
+        return dq, dk, dv, None, None, None, None, None
 
 
 def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> float:

@@ -51,7 +51,9 @@ def fwd_candidates(head_dim: int) -> list[tuning.FwdConfig]:
     return out
 
 
-def bwd_candidates(head_dim: int) -> list[tuning.BwdConfig]:
+def bwd_candidates(head_dim: int, atomic_dq: bool = False) -> list[tuning.BwdConfig]:
+    if atomic_dq:
+        return atomic_dq_candidates(head_dim)
     blocks = [(32, 128, 128, 32), (64, 128, 128, 64), (32, 64, 64, 32), (64, 64, 64, 64)]
     out = []
     for bm1, bn1, bm2, bn2 in blocks:
@@ -61,6 +63,20 @@ def bwd_candidates(head_dim: int) -> list[tuning.BwdConfig]:
                     continue
                 out.append(tuning.BwdConfig(bm1, bn1, bm2, bn2, num_warps, num_stages))
     return out
+
+
+def atomic_dq_candidates(head_dim: int) -> list[tuning.BwdConfig]:
+    """(block_m1, block_n1) tiles of the atomic-dQ backward at 2 and 3 stages (block_m2,
+    block_n2, unused, repeat them): the heuristic's (tuning.atomic_dq_heuristic, no spills on
+    sm_90), smaller ones, and FlashAttention-2's larger ones, which spill in Triton (64×128 at
+    d 128, 128×128 at d 64) but may still win, as the ordered backward's tuned d 128 causal
+    config does."""
+    if head_dim <= 64:
+        tiles = [(64, 128, 8), (128, 128, 8), (32, 128, 8), (64, 64, 4), (32, 64, 4)]
+    else:
+        tiles = [(32, 128, 8), (64, 128, 8), (16, 128, 8), (32, 64, 8), (64, 64, 8)]
+    return [tuning.BwdConfig(m, n, m, n, warps, stages)
+            for m, n, warps in tiles for stages in (2, 3)]  # fmt: skip
 
 
 def forward_fn(
@@ -89,6 +105,7 @@ def backward_fn(
     do: torch.Tensor,
     *,
     config: tuning.BwdConfig | None = None,
+    dq_accumulation: launch.DqAccumulation = "ordered",
 ) -> Callable[[], object]:
     """The backward alone (δ preprocess + dK/dV/dQ kernel) on saved forward outputs."""
     scale = 1.0 / math.sqrt(q.shape[-1])
@@ -96,7 +113,7 @@ def backward_fn(
                                    keep_o_fp32=spec.delta_source == "o_fp32")  # fmt: skip
     return lambda: launch.attention_backward(
         q, k, v, fwd.o, fwd.lse, do, causal=causal, spec=spec, scale=scale,
-        o_fp32=fwd.o_fp32, config=config,
+        o_fp32=fwd.o_fp32, config=config, dq_accumulation=dq_accumulation,
     )  # fmt: skip
 
 
@@ -127,9 +144,13 @@ def tune_backward(
     causal: bool,
     spec: KernelSpec,
     candidates: Iterable[tuning.BwdConfig],
+    dq_accumulation: launch.DqAccumulation = "ordered",
 ) -> list[tuple[tuning.BwdConfig, float]]:
     q, k, v, do = inputs
-    return _fastest_first(candidates, lambda c: backward_fn(causal, spec, q, k, v, do, config=c))
+    return _fastest_first(
+        candidates,
+        lambda c: backward_fn(causal, spec, q, k, v, do, config=c, dq_accumulation=dq_accumulation),
+    )
 
 
 def _fastest_first(candidates: Iterable, make_fn: Callable) -> list:

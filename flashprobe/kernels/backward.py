@@ -6,6 +6,11 @@ atomics are needed and the result is deterministic. Under a causal mask the two 
 program together cost the same for every program. Block sizes here only change the order of
 fp32 additions (docs/semantics.md, backward).
 
+ATOMIC_DQ (opt-in, launch option `dq_accumulation="atomic"`): the key-block loop also computes
+each tile's share of dQ, dS·K, and adds it with fp32 atomics into a [B, H, M, D] buffer;
+`dq_scale_round_kernel` then scales and rounds it. 5 matrix products per block pair instead of
+7, at the price of an fp32 summation order of dQ that changes from run to run.
+
 Rounding points (docs/semantics.md, backward): P recomputed from the saved lse in fp32;
 dV += rnd_p(P)ᵀ dO; dP = dO Vᵀ; dS = P (dP − δ) with the unrounded P; dS rounded or not before
 dQ = scale·dS K and dK = scale·dSᵀ Q; score rounding passed straight through.
@@ -133,16 +138,20 @@ def attn_bwd_preprocess_kernel(
 
 @triton.jit
 def _bwd_dkdv(
-    dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom,
-    offs_n, start_m, end_m, M, scale, qk_scale,
+    dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qm, stride_dom,
+    stride_dqm, offs_n, start_m, end_m, M, N, scale, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
     SCORE_LOW: tl.constexpr, FUSED: tl.constexpr, P_LOW: tl.constexpr, DS_LOW: tl.constexpr,
-    INTERPRET: tl.constexpr, LOW: tl.constexpr,
+    ATOMIC_DQ: tl.constexpr, KEY_MASK: tl.constexpr, INTERPRET: tl.constexpr,
+    LOW: tl.constexpr,
 ):  # fmt: skip
-    """Accumulate dK, dV of one key block over query blocks [start_m, end_m), transposed tiles.
+    """Accumulate dK, dV of one key block over query blocks [start_m, end_m), transposed tiles;
+    with ATOMIC_DQ also add each query block's dS·K (unscaled) to the fp32 dQ at `dq_base`.
 
     Without MASKED every query row is < M and sees every key of the block (rows of keys past N
-    only reach rows of dK, dV that are never stored).
+    only reach rows of dK, dV that are never stored). dQ sees every key of the block, so there
+    P of keys past N must be 0 (KEY_MASK, set when N is not a multiple of the block): their K
+    rows are 0, but P may be inf when lse < −88, and inf · 0 is NaN.
     """
     offs_d = tl.arange(0, HEAD_DIM)
     for start in range(start_m, end_m, BLOCK_M):
@@ -163,11 +172,24 @@ def _bwd_dkdv(
             valid = row_ok[None, :]
             if CAUSAL:
                 valid = valid & (offs_m[None, :] >= offs_n[:, None])
+            if KEY_MASK:
+                valid = valid & (offs_n[:, None] < N)
             p_t = tl.where(valid, p_t, 0.0)
+        elif KEY_MASK:
+            p_t = tl.where(offs_n[:, None] < N, p_t, 0.0)
         dv = dot_maybe_low(p_t, do, dv, P_LOW, LOW, INTERPRET)
         dp_t = dot_low(v, tl.trans(do), None, INTERPRET)
         ds_t = p_t * (dp_t - delta[None, :])
         dk = dot_maybe_low(ds_t, q, dk, DS_LOW, LOW, INTERPRET)
+        if ATOMIC_DQ:
+            # This key block's share of dQ, with dS rounded (DS_LOW) as the ordered dQ loop
+            # rounds it; relaxed: only the sum matters, read after the kernel ends.
+            dq = dot_maybe_low(tl.trans(ds_t), k, None, DS_LOW, LOW, INTERPRET)
+            dq_ptrs = dq_base + offs_m[:, None] * stride_dqm + offs_d[None, :]
+            if MASKED:
+                tl.atomic_add(dq_ptrs, dq, mask=row_ok[:, None], sem="relaxed")
+            else:
+                tl.atomic_add(dq_ptrs, dq, sem="relaxed")
     return dk, dv
 
 
@@ -209,7 +231,8 @@ def attn_bwd_kernel(
     BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr,
     BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
     CAUSAL: tl.constexpr, SCORE_LOW: tl.constexpr, FUSED: tl.constexpr,
-    P_LOW: tl.constexpr, DS_LOW: tl.constexpr, INTERPRET: tl.constexpr,
+    P_LOW: tl.constexpr, DS_LOW: tl.constexpr, ATOMIC_DQ: tl.constexpr, KEY_MASK: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):  # fmt: skip
     """Program i: dK, dV of key block i (BLOCK_N1 keys) and dQ of query block i (BLOCK_M2 rows).
 
@@ -217,6 +240,10 @@ def attn_bwd_kernel(
     strides stride_dk*; they are rounded to the input dtype, or stored unrounded when they are
     fp32 (grouped-query attention: the launcher sums a group's heads, then rounds once).
     LSE, DELTA: [B·H, M] contiguous.
+
+    ATOMIC_DQ: DQ is a zeroed fp32 buffer that the key blocks add dS·K into (unscaled; no dQ
+    loop, BLOCK_M2 and BLOCK_N2 unused, one program per key block); KEY_MASK when N is not a
+    multiple of BLOCK_N1 (`_bwd_dkdv`).
     """
     LOW: tl.constexpr = Q.dtype.element_ty
     pid = tl.program_id(0)
@@ -228,6 +255,7 @@ def attn_bwd_kernel(
     do_base = DO + off_b * stride_dob + off_h * stride_doh
     lse_base = LSE + pid_bh.to(tl.int64) * M
     delta_base = DELTA + pid_bh.to(tl.int64) * M
+    dq_base = DQ + off_b * stride_dqb + off_h * stride_dqh
     offs_d = tl.arange(0, HEAD_DIM)
 
     # -- dK, dV for key block pid ------------------------------------------------------------
@@ -245,23 +273,26 @@ def attn_bwd_kernel(
             diag_start = (start_n // BLOCK_M1) * BLOCK_M1
             diag_end = tl.minimum(tl.cdiv(start_n + BLOCK_N1, BLOCK_M1) * BLOCK_M1, M)
             dk, dv = _bwd_dkdv(
-                dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom,
-                offs_n, diag_start, diag_end, M, scale, qk_scale,
-                HEAD_DIM, BLOCK_M1, True, CAUSAL, SCORE_LOW, FUSED, P_LOW, DS_LOW, INTERPRET, LOW,
+                dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qm,
+                stride_dom, stride_dqm, offs_n, diag_start, diag_end, M, N, scale, qk_scale,
+                HEAD_DIM, BLOCK_M1, True, CAUSAL, SCORE_LOW, FUSED, P_LOW, DS_LOW, ATOMIC_DQ,
+                KEY_MASK, INTERPRET, LOW,
             )  # fmt: skip
             middle_start = diag_end
         else:
             middle_start = 0
         middle_end = tl.maximum(full_rows_end, middle_start)
         dk, dv = _bwd_dkdv(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom,
-            offs_n, middle_start, middle_end, M, scale, qk_scale,
-            HEAD_DIM, BLOCK_M1, False, CAUSAL, SCORE_LOW, FUSED, P_LOW, DS_LOW, INTERPRET, LOW,
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qm,
+            stride_dom, stride_dqm, offs_n, middle_start, middle_end, M, N, scale, qk_scale,
+            HEAD_DIM, BLOCK_M1, False, CAUSAL, SCORE_LOW, FUSED, P_LOW, DS_LOW, ATOMIC_DQ,
+            KEY_MASK, INTERPRET, LOW,
         )  # fmt: skip
         dk, dv = _bwd_dkdv(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom,
-            offs_n, middle_end, M, M, scale, qk_scale,
-            HEAD_DIM, BLOCK_M1, True, CAUSAL, SCORE_LOW, FUSED, P_LOW, DS_LOW, INTERPRET, LOW,
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qm,
+            stride_dom, stride_dqm, offs_n, middle_end, M, M, N, scale, qk_scale,
+            HEAD_DIM, BLOCK_M1, True, CAUSAL, SCORE_LOW, FUSED, P_LOW, DS_LOW, ATOMIC_DQ,
+            KEY_MASK, INTERPRET, LOW,
         )  # fmt: skip
         dkv_offs = (off_b * stride_dkb + off_h * stride_dkh + offs_n[:, None] * stride_dkn
                     + offs_d[None, :])  # fmt: skip
@@ -272,9 +303,9 @@ def attn_bwd_kernel(
             tl.store(DK + dkv_offs, to_low(dk * scale, LOW, INTERPRET), mask=col_ok[:, None])
             tl.store(DV + dkv_offs, to_low(dv, LOW, INTERPRET), mask=col_ok[:, None])
 
-    # -- dQ for query block pid ---------------------------------------------------------------
+    # -- dQ for query block pid (ATOMIC_DQ: added by the key blocks above instead) -----------
     start_m = pid * BLOCK_M2
-    if start_m < M:
+    if not ATOMIC_DQ and start_m < M:
         offs_m = start_m + tl.arange(0, BLOCK_M2)
         row_ok = offs_m < M
         q = load_rows(q_base, offs_m, offs_d, stride_qm, M, True)
@@ -302,3 +333,13 @@ def attn_bwd_kernel(
         dq_offs = (off_b * stride_dqb + off_h * stride_dqh + offs_m[:, None] * stride_dqm
                    + offs_d[None, :])  # fmt: skip
         tl.store(DQ + dq_offs, to_low(dq * scale, LOW, INTERPRET), mask=row_ok[:, None])
+
+
+@triton.jit
+def dq_scale_round_kernel(DQ_ACC, DQ, n_elements, scale, BLOCK: tl.constexpr,
+                          INTERPRET: tl.constexpr):  # fmt: skip
+    """dQ = to_low(dq_acc · scale) over contiguous buffers, as the ordered dQ loop stores it."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < n_elements
+    dq = tl.load(DQ_ACC + offs, mask=ok, other=0.0)
+    tl.store(DQ + offs, to_low(dq * scale, DQ.dtype.element_ty, INTERPRET), mask=ok)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 
@@ -22,6 +22,7 @@ from flashprobe.kernels.backward import (
     SUM_P_ERROR,
     attn_bwd_kernel,
     attn_bwd_preprocess_kernel,
+    dq_scale_round_kernel,
 )
 from flashprobe.kernels.common import (
     LOG2E,
@@ -54,9 +55,20 @@ _DELTA = {
 _NO_FP_FUSION = {"enable_fp_fusion": False}
 PREPROCESS_BLOCK_M = 64
 PREPROCESS_BLOCK_N = 64
+#: Elements per program of the pass that scales and rounds an atomically accumulated dQ.
+DQ_ROUND_BLOCK = 2048
 _FORWARD = Launcher(attn_fwd_kernel)
 _PREPROCESS = Launcher(attn_bwd_preprocess_kernel)
 _BACKWARD = Launcher(attn_bwd_kernel)
+_DQ_ROUND = Launcher(dq_scale_round_kernel)
+
+#: How the backward sums dQ (a launch option, not a KernelSpec switch: the rounding points are
+#: the same). "ordered": each query block's program loops over the key blocks, deterministic.
+#: "atomic": the key blocks add their dS·K into an fp32 buffer with atomics, 5 matrix products
+#: per block pair instead of 7; the order of those fp32 additions changes from run to run, so
+#: dQ's last bits may too (docs/semantics.md, backward). Training and replay use "ordered".
+DqAccumulation = Literal["ordered", "atomic"]
+DQ_ACCUMULATIONS: tuple[str, ...] = get_args(DqAccumulation)
 
 
 def interpreting() -> bool:
@@ -229,8 +241,11 @@ def attention_backward(
     scale: float,
     o_fp32: torch.Tensor | None = None,
     config: tuning.BwdConfig | None = None,
+    dq_accumulation: DqAccumulation = "ordered",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """δ preprocess, then dQ, dK, dV (input dtype, contiguous)."""
+    """δ preprocess, then dQ, dK, dV (input dtype, contiguous); dQ summed as `dq_accumulation`
+    says (`DqAccumulation`)."""
+    atomic = check_dq_accumulation(dq_accumulation) == "atomic"
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_k = k.shape[1], k.shape[2]
     do = do.contiguous()
@@ -238,6 +253,8 @@ def attention_backward(
                             o_fp32=o_fp32)  # fmt: skip
     group = heads // kv_heads
     dq = torch.empty((batch, heads, seq_q, head_dim), device=q.device, dtype=q.dtype)
+    # atomic: the kernel adds unscaled fp32 partial sums here; scaled and rounded below.
+    dq_sum = torch.zeros(dq.shape, device=q.device, dtype=torch.float32) if atomic else dq
     # Grouped-query attention: every query head's dK, dV unrounded (fp32), summed per shared
     # head below and rounded once; otherwise the kernel rounds them itself.
     dkv_dtype = q.dtype if group == 1 else torch.float32
@@ -245,32 +262,60 @@ def attention_backward(
     dv = torch.empty_like(dk)
     fp32_dots = spec.p_bar_precision == "fp32" or spec.ds_precision == "fp32"
     if config is None:
-        config = _backward_config(q, max(seq_q, seq_k), head_dim, causal, fp32_dots)
+        config = _backward_config(q, max(seq_q, seq_k), head_dim, causal, fp32_dots, atomic)
 
     def launch(config: tuning.BwdConfig) -> None:
-        grid = (
-            max(_cdiv(seq_k, config.block_n1), _cdiv(seq_q, config.block_m2)),
-            batch * heads,
-            1,
-        )
+        blocks = _cdiv(seq_k, config.block_n1)
+        if not atomic:  # the same programs also compute dQ of the query blocks
+            blocks = max(blocks, _cdiv(seq_q, config.block_m2))
         _BACKWARD(
-            grid,
-            (q, k, v, do, dq, dk, dv, lse, delta),
-            (*_row_strides(q, k, v, do, dq, dk), heads, group, seq_q, seq_k, scale,
+            (blocks, batch * heads, 1),
+            (q, k, v, do, dq_sum, dk, dv, lse, delta),
+            (*_row_strides(q, k, v, do, dq_sum, dk), heads, group, seq_q, seq_k, scale,
              scale * LOG2E),
             dict(HEAD_DIM=head_dim,
                  BLOCK_M1=config.block_m1, BLOCK_N1=config.block_n1,
                  BLOCK_M2=config.block_m2, BLOCK_N2=config.block_n2,
-                 CAUSAL=causal, SCORE_LOW=spec.score_precision == "bf16",
-                 FUSED=spec.softmax == "fused_scale", P_LOW=spec.p_bar_precision == "bf16",
-                 DS_LOW=spec.ds_precision == "bf16", INTERPRET=interpreting()),
+                 CAUSAL=causal, **backward_switches(spec),
+                 ATOMIC_DQ=atomic, KEY_MASK=atomic and seq_k % config.block_n1 != 0,
+                 INTERPRET=interpreting()),
             _options(config.num_warps, config.num_stages),
         )  # fmt: skip
 
-    _launch_fitting(launch, config, ("bwd", q.device, q.dtype, head_dim, causal, spec))
+    key = ("bwd", q.device, q.dtype, head_dim, causal, spec, dq_accumulation)
+    _launch_fitting(launch, config, key)
+    if atomic:
+        _scale_and_round(dq_sum, dq, scale)
     if group > 1:
         dk, dv = (sum_groups(t, group).to(q.dtype) for t in (dk, dv))
     return dq, dk, dv
+
+
+def backward_switches(spec: KernelSpec) -> dict[str, bool]:
+    """The backward kernel's numerics constexprs for `spec` (docs/semantics.md), by name."""
+    return {
+        "SCORE_LOW": spec.score_precision == "bf16",
+        "FUSED": spec.softmax == "fused_scale",
+        "P_LOW": spec.p_bar_precision == "bf16",
+        "DS_LOW": spec.ds_precision == "bf16",
+    }
+
+
+def check_dq_accumulation(dq_accumulation: str) -> str:
+    """`dq_accumulation` if it is one of DQ_ACCUMULATIONS, else a FlashprobeError."""
+    if dq_accumulation not in DQ_ACCUMULATIONS:
+        choices = ", ".join(DQ_ACCUMULATIONS)
+        raise FlashprobeError(f"dq_accumulation must be one of {choices}, got {dq_accumulation!r}")
+    return dq_accumulation
+
+
+def _scale_and_round(dq_sum: torch.Tensor, dq: torch.Tensor, scale: float) -> None:
+    """dq = to_low(dq_sum · scale): the ordered dQ loop's last step, over both contiguous
+    buffers."""
+    n = dq_sum.numel()
+    block = 1024 if interpreting() else DQ_ROUND_BLOCK
+    _DQ_ROUND((_cdiv(n, block), 1, 1), (dq_sum, dq), (n, scale),
+              dict(BLOCK=block, INTERPRET=interpreting()), _options(4, 1))  # fmt: skip
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -327,13 +372,13 @@ def forward_variant(spec: KernelSpec, two_pass: bool, instrument: bool) -> str:
 
 
 def _backward_config(
-    q: torch.Tensor, seq: int, head_dim: int, causal: bool, fp32_dots: bool
+    q: torch.Tensor, seq: int, head_dim: int, causal: bool, fp32_dots: bool, atomic_dq: bool
 ) -> tuning.BwdConfig:
     if interpreting():
         return tuning.INTERPRETER_BWD
     return tuning.backward_config(
         tuning.arch_name(q.device), head_dim, causal, tuning.dtype_name(q.dtype),
-        tuning.bwd_variant(fp32_dots), seq,
+        tuning.bwd_variant(fp32_dots, atomic_dq), seq,
     )  # fmt: skip
 
 

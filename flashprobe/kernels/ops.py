@@ -7,7 +7,8 @@ around them, with no graph break. The ops run the same `attention_forward` /
 `attention_backward` as the eager path, so both compute the same bits.
 
 A KernelSpec crosses the op boundary as its JSON, `spec.json` (custom-op arguments must be
-plain types).
+plain types). The forward op takes the backward's `dq_accumulation` too: the autograd
+registration sees only the forward's inputs.
 Outputs a call does not ask for (fp32 O, stats) come back as empty tensors.
 """
 
@@ -39,9 +40,11 @@ def attention_fwd(
     spec: str,
     scale: float,
     instrument: bool,
+    dq_accumulation: str,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """o, lse, o_fp32 (empty unless spec's δ source is o_fp32), row_max, tie_events,
-    p_bar_ones (the last three empty unless `instrument`)."""
+    p_bar_ones (the last three empty unless `instrument`); `dq_accumulation` is the
+    backward's."""
     kernel_spec = _spec(spec)
     q, k, v = (last_dim_contiguous(t) for t in (q, k, v))
     out = attention_forward(q, k, v, causal=causal, spec=kernel_spec, scale=scale,
@@ -60,7 +63,7 @@ def _nothing(like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 @attention_fwd.register_fake
-def _(q, k, v, causal, spec, scale, instrument):  # type: ignore[no-untyped-def]
+def _(q, k, v, causal, spec, scale, instrument, dq_accumulation):  # type: ignore[no-untyped-def]
     rows = q.shape[:3]
     o32_shape = q.shape if _spec(spec).delta_source == "o_fp32" else _NOTHING
     stat_shape = rows if instrument else _NOTHING
@@ -86,31 +89,34 @@ def attention_bwd(
     causal: bool,
     spec: str,
     scale: float,
+    dq_accumulation: str,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv; o_fp32 is the forward's (empty when the spec does not use it)."""
     q, k, v = (last_dim_contiguous(t) for t in (q, k, v))
     return attention_backward(q, k, v, o, lse, do, causal=causal, spec=_spec(spec), scale=scale,
-                              o_fp32=o_fp32 if o_fp32.numel() else None)  # fmt: skip
+                              o_fp32=o_fp32 if o_fp32.numel() else None,
+                              dq_accumulation=dq_accumulation)  # type: ignore[arg-type]  # fmt: skip
 
 
 @attention_bwd.register_fake
-def _(q, k, v, o, lse, do, o_fp32, causal, spec, scale):  # type: ignore[no-untyped-def]
+def _(q, k, v, o, lse, do, o_fp32, causal, spec, scale, dq_accumulation):  # type: ignore[no-untyped-def]
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
-    q, k, v, causal, spec, scale, _instrument = inputs
+    q, k, v, causal, spec, scale, _instrument, dq_accumulation = inputs
     o, lse, o32 = output[:3]
     ctx.save_for_backward(q, k, v, o, lse, o32)
     ctx.causal, ctx.spec, ctx.scale = causal, spec, scale
+    ctx.dq_accumulation = dq_accumulation
     ctx.mark_non_differentiable(*output[1:])
 
 
 def _backward(ctx: Any, do: torch.Tensor, *_unused: Any) -> tuple:
     q, k, v, o, lse, o32 = ctx.saved_tensors
     dq, dk, dv = attention_bwd(q, k, v, o, lse, do.contiguous(), o32, ctx.causal, ctx.spec,
-                               ctx.scale)  # fmt: skip
-    return dq, dk, dv, None, None, None, None
+                               ctx.scale, ctx.dq_accumulation)  # fmt: skip
+    return dq, dk, dv, None, None, None, None, None
 
 
 attention_fwd.register_autograd(_backward, setup_context=_setup_context)

@@ -51,10 +51,13 @@ def compile_forward(
 
 
 def compile_backward(constexprs: dict[str, Any], num_warps: int, num_stages: int) -> Any:
-    """`attn_bwd_kernel` (dQ, dK, dV) compiled for sm_90a, as `compile_forward`."""
+    """`attn_bwd_kernel` (dQ, dK, dV) compiled for sm_90a, as `compile_forward`. With
+    ATOMIC_DQ (default off) DQ is the fp32 buffer the key blocks add into."""
     from flashprobe.kernels.backward import attn_bwd_kernel
 
-    return _compile(attn_bwd_kernel, _BWD_POINTERS, constexprs, num_warps, num_stages)
+    constexprs = {"ATOMIC_DQ": False, "KEY_MASK": False, **constexprs}
+    pointers = {**_BWD_POINTERS, "DQ": "*fp32"} if constexprs["ATOMIC_DQ"] else _BWD_POINTERS
+    return _compile(attn_bwd_kernel, pointers, constexprs, num_warps, num_stages)
 
 
 def compile_delta(constexprs: dict[str, Any], num_warps: int, num_stages: int) -> Any:

@@ -89,8 +89,10 @@ def fwd_variant(
     return "-".join(parts)
 
 
-def bwd_variant(fp32_dots: bool) -> str:
-    return "dot32" if fp32_dots else "dot16"
+def bwd_variant(fp32_dots: bool, atomic_dq: bool = False) -> str:
+    """fp32 P̄ or dS operands (three tensor-core dots each), and dQ summed with atomics (its
+    key-block loop carries a fifth product and the adds: other block sizes suit it)."""
+    return ("dot32" if fp32_dots else "dot16") + ("-atomic" if atomic_dq else "")
 
 
 def fwd_key(head_dim: int, causal: bool, block_n: int | None, dtype: str, variant: str) -> str:
@@ -184,6 +186,8 @@ def backward_config(
     entry = tuned_entry(arch, bwd_key(head_dim, causal, dtype, variant), seq)
     if entry is not None:
         return BwdConfig(**entry)
+    if variant.endswith("-atomic"):
+        return atomic_dq_heuristic(head_dim, variant.startswith("dot32"))
     if head_dim > 128:
         if variant == "dot32":
             return BwdConfig(16, 64, 64, 16, num_warps=4, num_stages=1)
@@ -191,6 +195,29 @@ def backward_config(
     if variant == "dot32":
         return BwdConfig(32, 64, 64, 32, num_warps=4, num_stages=2)
     return BwdConfig(32, 128, 128, 32, num_warps=4, num_stages=3 if head_dim > 64 else 5)
+
+
+def atomic_dq_heuristic(head_dim: int, fp32_dots: bool) -> BwdConfig:
+    """The atomic-dQ backward untuned: one program per key block of block_n1 keys, looping over
+    block_m1 query rows (block_m2, block_n2 are unused: set to block_m1, block_n1).
+
+    Each iteration holds a fifth tile, the [block_m1, head_dim] fp32 dS·K, beside the dK and dV
+    accumulators, so the tiles are FlashAttention-2's (128-key blocks) only where that fits in
+    255 registers: the largest that compile for sm_90 without spilling (Triton 3.9,
+    tests/kernels/test_tuning.py). 64×128 already spills at d 128, so there the query tile is
+    32 rows; fp32 dS operands (three dots each) need narrower tiles still.
+    """
+    if head_dim <= 64:
+        if fp32_dots:
+            return BwdConfig(32, 64, 32, 64, num_warps=4, num_stages=2)
+        return BwdConfig(64, 128, 64, 128, num_warps=8, num_stages=3)
+    if head_dim <= 128:
+        if fp32_dots:
+            return BwdConfig(16, 64, 16, 64, num_warps=4, num_stages=1)
+        return BwdConfig(32, 128, 32, 128, num_warps=8, num_stages=2)
+    if fp32_dots:
+        return BwdConfig(16, 32, 16, 32, num_warps=8, num_stages=1)
+    return BwdConfig(32, 32, 32, 32, num_warps=8, num_stages=1)
 
 
 def smaller_configs(config: FwdConfig | BwdConfig) -> list[FwdConfig | BwdConfig]:

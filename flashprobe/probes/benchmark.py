@@ -21,6 +21,9 @@ from flashprobe.probes import flash_attn_peers
 from flashprobe.spec import KernelSpec, make_spec
 
 MODES = ("fwd", "bwd", "fwd+bwd")
+#: --dq: how the presets' backward sums dQ (kernels.launch.DqAccumulation), "both" times each.
+DQ_CHOICES = {"ordered": ("ordered",), "atomic": ("atomic",), "both": ("ordered", "atomic")}
+ATOMIC_SUFFIX = "+atomic-dq"
 PEERS = ("sdpa-flash", "sdpa-cudnn", *(p.name for p in flash_attn_peers.PEERS.values()))
 _BWD_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -52,14 +55,15 @@ class BenchShape:
 
 @dataclass(frozen=True)
 class Implementation:
-    """Something to time: a flashprobe spec (optionally instrumented), an SDPA backend or a
-    FlashAttention generation (2 or 3)."""
+    """Something to time: a flashprobe spec (optionally instrumented; its backward's dQ summed
+    in order or with atomics), an SDPA backend or a FlashAttention generation (2 or 3)."""
 
     name: str
     spec: KernelSpec | None = None
     instrument: bool = False
     sdpa_backend: str | None = None
     flash_attn: int | None = None
+    dq_accumulation: str = "ordered"
 
     @property
     def layout(self) -> str:
@@ -114,12 +118,22 @@ def default_shapes(
 
 
 def implementations(
-    presets: Iterable[str], instrumented: bool, peers: bool
+    presets: Iterable[str], instrumented: bool, peers: bool, dq: str = "ordered"
 ) -> list[Implementation]:
-    impls = [Implementation(name, spec=make_spec(name)) for name in presets]
+    """Each preset once per dQ accumulation of `dq` (DQ_CHOICES; atomic ones named
+    `<preset>+atomic-dq`), the first of them instrumented too, then the peers."""
+    if dq not in DQ_CHOICES:
+        raise FlashprobeError(f"--dq must be one of {', '.join(DQ_CHOICES)}, got {dq!r}")
+    impls = [
+        Implementation(name + (ATOMIC_SUFFIX if how == "atomic" else ""), spec=make_spec(name),
+                       dq_accumulation=how)
+        for name in presets
+        for how in DQ_CHOICES[dq]
+    ]  # fmt: skip
     if instrumented and impls:
         first = impls[0]
-        impls.append(Implementation(f"{first.name}+stats", spec=first.spec, instrument=True))
+        impls.append(Implementation(f"{first.name}+stats", spec=first.spec, instrument=True,
+                                    dq_accumulation=first.dq_accumulation))  # fmt: skip
     if peers:
         impls += [
             Implementation("sdpa-flash", sdpa_backend="FLASH_ATTENTION"),
@@ -288,18 +302,22 @@ def attend_fn(impl: Implementation, shape: BenchShape) -> Callable[..., torch.Te
     if impl.flash_attn is not None:
         return flash_attn_peers.attend_fn(impl.flash_attn, shape, scale)
     if impl.spec is not None:
-        from flashprobe.api import attention
+        from flashprobe.backends import load_triton
+
+        # What flashprobe.attention(backend="triton") runs, with the dQ accumulation as a
+        # launch option (the API leaves it ordered).
+        triton_attention = load_triton()
 
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            out = attention(
+            out = triton_attention(
                 q,
                 k,
                 v,
                 causal=shape.causal,
                 spec=impl.spec,
                 scale=scale,
-                backend="triton",
                 return_stats=impl.instrument,
+                dq_accumulation=impl.dq_accumulation,
             )
             return out[0] if impl.instrument else out
 

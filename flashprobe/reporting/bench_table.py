@@ -23,14 +23,20 @@ def bench_tables(timings: Sequence[Timing], impls: Sequence[Implementation]) -> 
     per reason an implementation did not run.
 
     Ratios: the first preset (the base) against each peer (SDPA flash and cuDNN, FlashAttention-2
-    and -3); every other preset and the instrumented run against the base. A peer that is not
-    installed gets no columns, only its line below the tables.
+    and -3), and so is the base preset with atomic dQ when both are timed (`--dq both`); every
+    other preset and the instrumented run against the base. A peer that is not installed gets
+    no columns, only its line below the tables.
     """
     names = [i.name for i in impls if not _not_installed(i.name, timings)]
     ours = [i.name for i in impls if i.spec is not None]
     peers = [i.name for i in impls if i.spec is None and i.name in names]
     base = ours[0] if ours else None
-    ratio_cols = [(base, p) for p in peers if base] + [(o, base) for o in ours[1:]]
+    base_spec = next((i.spec for i in impls if i.spec is not None), None)
+    # the base preset, and the same preset with atomic dQ (`--dq both`)
+    against_peers = [
+        i.name for i in impls if i.spec is not None and i.spec == base_spec and not i.instrument
+    ]
+    ratio_cols = [(o, p) for o in against_peers for p in peers] + [(o, base) for o in ours[1:]]
     ratios = {p: ratio_table(timings, p) for p in {*peers, *([base] if base else [])}}
 
     blocks = []

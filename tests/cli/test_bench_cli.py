@@ -45,6 +45,29 @@ def test_bench_json_records_the_gpu_it_ran_on(run_cli, tmp_path, monkeypatch) ->
         assert env["gpu"] == torch.cuda.get_device_name(0)
 
 
+def test_bench_rejects_an_unknown_dq_accumulation(run_cli) -> None:
+    result = run_cli("bench", "--seq", "1024", "--dq", "fast")
+    assert result.code == 2
+    assert "--dq must be one of ordered, atomic, both, got 'fast'" in result.err
+    assert len(result.err.strip().splitlines()) == 1
+
+
+def test_bench_json_records_the_dq_accumulation(run_cli, tmp_path, monkeypatch) -> None:
+    import json
+
+    from flashprobe.probes import benchmark
+    from flashprobe.reporting import bench_table
+
+    monkeypatch.setattr(benchmark, "run_benchmark", lambda *args, **kwargs: [])
+    monkeypatch.setattr(bench_table, "bench_tables", lambda timings, impls: "no timings")
+    path = tmp_path / "bench.json"
+    result = run_cli("bench", "--preset", "fa2", "--dq", "both", "--json", str(path))
+    assert result.code == 0, result.err
+    payload = json.loads(path.read_text())
+    assert payload["config"]["dq"] == "both"
+    assert set(payload["specs"]) == {"fa2", "fa2+atomic-dq", "fa2+stats"}
+
+
 def test_bench_rejects_kv_heads_that_do_not_divide_the_heads(run_cli) -> None:
     result = run_cli("bench", "--seq", "1024", "--heads", "16", "--kv-heads", "5")
     assert result.code == 2

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flashprobe.kernels import autotune
+from flashprobe.kernels import autotune, tuning
 from flashprobe.kernels.tuning import FwdConfig
 
 SMALL = FwdConfig(block_m=64, sub_n=64, num_warps=4, num_stages=3)
@@ -28,3 +28,11 @@ def test_register_capped_candidates_only_where_two_blocks_can_fit() -> None:
     capped = [c for c in autotune.fwd_candidates(64) if c.max_registers is not None]
     assert capped and all(c.max_registers == 128 and c.num_warps == 8 for c in capped)
     assert not [c for c in autotune.fwd_candidates(128) if c.max_registers is not None]
+
+
+def test_atomic_dq_candidates_include_the_heuristic() -> None:
+    for head_dim in (64, 128):
+        atomic = autotune.bwd_candidates(head_dim, atomic_dq=True)
+        assert atomic != autotune.bwd_candidates(head_dim)
+        assert all((c.block_m2, c.block_n2) == (c.block_m1, c.block_n1) for c in atomic)
+        assert tuning.atomic_dq_heuristic(head_dim, False) in atomic

@@ -32,7 +32,7 @@ def inputs(
 def test_the_forward_op_passes_opcheck(name: str, instrument: bool) -> None:
     q, k, v = (t.requires_grad_() for t in inputs(0))
     spec = SPECS[name].json
-    torch.library.opcheck(ops.attention_fwd, (q, k, v, True, spec, 0.2, instrument))
+    torch.library.opcheck(ops.attention_fwd, (q, k, v, True, spec, 0.2, instrument, "ordered"))
 
 
 @pytest.mark.parametrize("kv_heads", [2, 1], ids=["mha", "mqa"])
@@ -40,10 +40,10 @@ def test_the_backward_op_passes_opcheck(kv_heads: int) -> None:
     """Including k, v shared by both query heads: dK, dV come back in k's shape."""
     q, k, v = inputs(1, kv_heads=kv_heads)
     spec = SPECS["o_fp32"]
-    o, lse, o32, *_ = ops.attention_fwd(q, k, v, False, spec.json, 0.2, False)
+    o, lse, o32, *_ = ops.attention_fwd(q, k, v, False, spec.json, 0.2, False, "ordered")
     assert o32.shape == q.shape, "the o_fp32 spec keeps the fp32 O for its δ"
     do = torch.randn_like(o)
-    args = (q, k, v, o, lse, do, o32, False, spec.json, 0.2)
+    args = (q, k, v, o, lse, do, o32, False, spec.json, 0.2, "ordered")
     torch.library.opcheck(ops.attention_bwd, args)
 
 
@@ -71,3 +71,27 @@ def test_a_compiled_call_has_no_graph_break_and_the_same_bits(return_stats: bool
     assert len(eager) == len(compiled) == (8 if return_stats else 4)
     for a, b in zip(eager, compiled, strict=True):
         assert torch.equal(a, b)
+
+
+def test_a_compiled_call_passes_the_dq_accumulation_to_the_backward(monkeypatch) -> None:
+    """The backward op runs the launch with the forward call's dq_accumulation."""
+    seen = []
+    launch_backward = ops.attention_backward
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(kwargs["dq_accumulation"])
+        return launch_backward(*args, **kwargs)
+
+    monkeypatch.setattr(ops, "attention_backward", spy)
+
+    def step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        from flashprobe.kernels import triton_attention
+
+        return triton_attention(q, k, v, causal=True, spec=SPECS["fa2"],
+                                dq_accumulation="atomic").float().sum()  # fmt: skip
+
+    torch._dynamo.reset()
+    leaves = [t.requires_grad_() for t in inputs(4)]
+    torch.compile(step, backend="aot_eager", fullgraph=True)(*leaves).backward()
+    assert seen == ["atomic"]
+    assert all(t.grad is not None and bool(torch.isfinite(t.grad).all()) for t in leaves)

@@ -25,7 +25,7 @@ import torch
 
 from flashprobe.errors import FlashprobeError
 from flashprobe.kernels import launch, triton_attention
-from flashprobe.kernels.tuning import FwdConfig
+from flashprobe.kernels.tuning import FwdConfig, atomic_dq_heuristic
 from flashprobe.numerics.gate import (
     assert_gate,
     reference_attention,
@@ -67,9 +67,10 @@ def qkv_do(b, h, m, n, d, dtype, device, seed=0, kv_heads=None):
     return [torch.randn(s, generator=gen).to(device=device, dtype=dtype) for s in shapes]
 
 
-def run_kernel(q, k, v, do, spec, causal, scale=None):
+def run_kernel(q, k, v, do, spec, causal, scale=None, dq_accumulation="ordered"):
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-    o, stats = triton_attention(*leaves, causal=causal, spec=spec, scale=scale, return_stats=True)
+    o, stats = triton_attention(*leaves, causal=causal, spec=spec, scale=scale, return_stats=True,
+                                dq_accumulation=dq_accumulation)  # fmt: skip
     dq, dk, dv = torch.autograd.grad(o, leaves, do)
     return o.detach(), stats, dq, dk, dv
 
@@ -218,8 +219,8 @@ def test_a_relaunch_matches_the_first_launch() -> None:
                 assert torch.equal(a, b), name
 
 
-def check_gate(q, k, v, do, spec, causal, label=""):
-    o, stats, dq, dk, dv = run_kernel(q, k, v, do, spec, causal)
+def check_gate(q, k, v, do, spec, causal, label="", dq_accumulation="ordered"):
+    o, stats, dq, dk, dv = run_kernel(q, k, v, do, spec, causal, dq_accumulation=dq_accumulation)
     gold = golden_forward(q, k, v, causal=causal)
     gold_grads = golden_backward(q, k, v, do, causal=causal)
     ref_o, ref_lse = reference_attention(q, k, v, causal=causal)
@@ -697,3 +698,94 @@ def test_masked_tiles_release_lifts_negative_rows(release, device: str) -> None:
     )
     assert torch.equal(o[..., 160:192, :], skip.o[..., 160:192, :])
     assert not release.row_gate(skip.o.cpu(), o_release, golden)[lifted].any()
+
+
+# -- atomic dQ (the launch option dq_accumulation="atomic") -----------------------------------
+#: (M, N, head_dim, causal, heads, kv_heads, ds_precision, dtype): lengths that are no multiple
+#: of any tile, so the last key block holds padding keys and the last query block padding rows.
+ATOMIC_CASES = {
+    "gqa-causal-d64-ds16": (50, 37, 64, True, 4, 2, "bf16", torch.bfloat16),
+    "mqa-full-d64-ds32": (37, 61, 64, False, 2, 1, "fp32", torch.bfloat16),
+    "mha-full-d32-ds16-fp16": (45, 70, 32, False, 2, 2, "bf16", torch.float16),
+    "mha-causal-d16-ds32": (90, 90, 16, True, 2, 2, "fp32", torch.bfloat16),
+}
+
+
+def backward_both_ways(q, k, v, do, spec, causal, config=None):
+    """(dq, dk, dv) of the ordered and of the atomic backward on one forward's outputs."""
+    scale = default_scale(q)
+    keep = spec.delta_source == "o_fp32"
+    fwd = launch.attention_forward(q, k, v, causal=causal, spec=spec, scale=scale,
+                                   keep_o_fp32=keep)  # fmt: skip
+    kw = {"causal": causal, "spec": spec, "scale": scale, "o_fp32": fwd.o_fp32, "config": config}
+    return [
+        launch.attention_backward(q, k, v, fwd.o, fwd.lse, do, dq_accumulation=how, **kw)
+        for how in ("ordered", "atomic")
+    ]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", list(ATOMIC_CASES))
+def test_atomic_dq_matches_the_ordered_backward_and_the_gate(device: str, case: str) -> None:
+    """dQ summed with atomics differs from the ordered dQ only by the order of its fp32
+    additions (bounded as kernel vs emulator, through autograd); dK and dV, whose loop is the
+    same on the same tiles, are bit for bit the ordered ones; all three within the gate. With
+    dS rounded (ds16) and not (ds32), causal and not, grouped heads and not, bf16 and fp16."""
+    m, n, d, causal, heads, kv_heads, ds, dtype = ATOMIC_CASES[case]
+    q, k, v, do = qkv_do(1, heads, m, n, d, dtype, device, seed=11, kv_heads=kv_heads)
+    spec = make_spec("fa2", {"ds_precision": ds})
+    ordered = run_kernel(q, k, v, do, spec, causal)
+    atomic = run_kernel(q, k, v, do, spec, causal, dq_accumulation="atomic")
+    assert torch.equal(atomic[0], ordered[0])  # the forward is the same
+    if device == "cpu":  # one config for both paths (the interpreter's)
+        assert torch.equal(atomic[3], ordered[3]) and torch.equal(atomic[4], ordered[4])
+    assert_close_to_emulator("atomic dq vs ordered", atomic[2], ordered[2], MAX_ULPS)
+    check_gate(q, k, v, do, spec, causal, label=case, dq_accumulation="atomic")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp2:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:invalid value encountered in matmul:RuntimeWarning")
+def test_atomic_dq_ignores_padding_keys_when_lse_is_very_negative(device: str) -> None:
+    """Every score near −360: lse < −88, so P of a padding key (K row 0, score 0) is
+    exp(360) = inf, and its inf·0 in dS·K would be NaN. N = 40 is no multiple of the key block:
+    the atomic path masks those keys (KEY_MASK) and its dQ is the ordered one's. (The inf also
+    reaches the padding rows of dK and dV, which are never stored: the interpreter warns.)"""
+    gen = torch.Generator().manual_seed(13)
+    q = (8 + 0.5 * torch.randn(1, 2, 24, 32, generator=gen)).to(device, torch.bfloat16)
+    k = (-8 + 0.5 * torch.randn(1, 2, 40, 32, generator=gen)).to(device, torch.bfloat16)
+    v, do = (torch.randn(s, generator=gen).to(device, torch.bfloat16) for s in (k.shape, q.shape))
+    spec = make_spec("fa2")
+    lse = launch.attention_forward(q, k, v, causal=False, spec=spec, scale=default_scale(q)).lse
+    assert float(lse.max()) < -88
+    ordered, atomic = backward_both_ways(q, k, v, do, spec, causal=False)
+    dq, dq_atomic = ordered[0], atomic[0]
+    assert bool(torch.isfinite(dq).all()) and bool(torch.isfinite(dq_atomic).all())
+    assert_close_to_emulator("atomic dq vs ordered", dq_atomic, dq, MAX_ULPS)
+
+
+def test_an_unknown_dq_accumulation_is_refused() -> None:
+    q, k, v, _ = qkv_do(1, 1, 8, 8, 16, torch.bfloat16, "cpu")
+    with pytest.raises(FlashprobeError, match="dq_accumulation must be one of ordered, atomic"):
+        triton_attention(q, k, v, causal=True, dq_accumulation="fast")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAVE_GPU, reason="no GPU")
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("preset", ["fa2", "fp32"])
+def test_atomic_dq_on_a_training_sized_shape(head_dim: int, causal: bool, preset: str) -> None:
+    """B2, 8 query heads on 2 key/value heads, N 2000 (no multiple of the 128-key blocks), on
+    the atomic path's heuristic tiles: the ordered backward on the same tiles gives dK, dV bit
+    for bit and dQ within fp32 reordering; a second atomic run is within that bound of the
+    first; with the default launch configs all three are within the gate."""
+    q, k, v, do = qkv_do(2, 8, 2000, 2000, head_dim, torch.bfloat16, "cuda", seed=12, kv_heads=2)
+    spec = make_spec(preset)
+    config = atomic_dq_heuristic(head_dim, preset == "fp32")
+    ordered, atomic = backward_both_ways(q, k, v, do, spec, causal, config=config)
+    assert torch.equal(atomic[1], ordered[1]) and torch.equal(atomic[2], ordered[2])
+    assert_close_to_emulator("atomic dq vs ordered", atomic[0], ordered[0], MAX_ULPS)
+    again = backward_both_ways(q, k, v, do, spec, causal, config=config)[1]
+    assert_close_to_emulator("atomic dq run to run", again[0], atomic[0], MAX_ULPS)
+    check_gate(q, k, v, do, spec, causal, label=f"atomic d{head_dim}", dq_accumulation="atomic")

@@ -83,6 +83,24 @@ def test_backward_variants_and_their_fallback(tuned_dir) -> None:
     assert tuning.backward_config("sm90", 64, True, "bf16", "dot32").block_m1 == 32
 
 
+def test_the_atomic_dq_backward_has_its_own_variant_and_heuristic(tuned_dir) -> None:
+    assert tuning.bwd_variant(False, True) == "dot16-atomic"
+    assert tuning.bwd_variant(True, True) == "dot32-atomic"
+    ordered = {"block_m1": 32, "block_n1": 64, "block_m2": 64, "block_n2": 32, "num_warps": 4,
+               "num_stages": 3}  # fmt: skip
+    key = tuning.bwd_key(64, True, "bf16", "dot16")
+    (tuned_dir / "sm90.json").write_text(json.dumps({key: ordered}))
+    # the ordered variant's tuned entry is not the atomic one's: that falls back to its heuristic
+    config = tuning.backward_config("sm90", 64, True, "bf16", "dot16-atomic")
+    assert config == tuning.atomic_dq_heuristic(64, False)
+    assert (config.block_m2, config.block_n2) == (config.block_m1, config.block_n1)
+    atomic = {**ordered, "block_m1": 16, "block_m2": 16}
+    key = tuning.bwd_key(64, True, "bf16", "dot16-atomic")
+    (tuned_dir / "sm90.json").write_text(json.dumps({key: atomic}))
+    tuning.clear_cache()
+    assert tuning.backward_config("sm90", 64, True, "bf16", "dot16-atomic").block_m1 == 16
+
+
 def test_presets_map_to_the_variants_the_tuned_file_holds() -> None:
     from flashprobe.kernels.launch import forward_variant
     from flashprobe.spec import make_spec
@@ -260,3 +278,46 @@ def test_fp32_operand_dots_run_on_tensor_cores_on_sm90() -> None:
     found = json.loads(result.stdout.strip().splitlines()[-1])
     for name, usage in found.items():
         assert usage["mma"] > 0 and usage["ffma"] < 256 and usage["spills"] == 0, (name, usage)
+
+
+_ATOMIC_DQ_CHECK = """
+import json, sys
+from flashprobe.kernels import launch, sass, tuning
+from flashprobe.spec import make_spec
+
+found = {}
+for head_dim, preset in json.loads(sys.argv[1]):
+    spec = make_spec(preset)
+    config = tuning.backward_config("sm00", head_dim, True, "bf16",
+                                    tuning.bwd_variant(preset == "fp32", True))
+    kernel = sass.compile_backward(
+        {"HEAD_DIM": head_dim, "BLOCK_M1": config.block_m1, "BLOCK_N1": config.block_n1,
+         "BLOCK_M2": config.block_m2, "BLOCK_N2": config.block_n2, "CAUSAL": True,
+         "INTERPRET": False, **launch.backward_switches(spec), "ATOMIC_DQ": True,
+         "KEY_MASK": True}, config.num_warps, config.num_stages)
+    ops = sass.opcodes(sass.disassemble(kernel))
+    found[f"d{head_dim} {preset}"] = {
+        "registers": sass.registers(kernel), "spills": sass.local_memory_ops(ops),
+        "shared": kernel.metadata.shared, "red": sum(op.startswith("RED") for op in ops),
+        "atom": sum(op.startswith("ATOM") for op in ops)}
+print(json.dumps(found))
+"""
+
+
+def test_the_atomic_dq_heuristic_compiles_without_spills_on_sm90() -> None:
+    """The atomic-dQ backward on its heuristic tiles (tuning.atomic_dq_heuristic; padding keys
+    masked), compiled for sm_90: no local-memory traffic anywhere, within shared memory, and
+    dQ's adds are fire-and-forget reductions (RED, no ATOM waiting for the old value).
+    64×128 tiles, FlashAttention-2's, spill at d 128 (about 250 LDL/STL, Triton 3.9)."""
+    shapes = [(64, "fa2"), (128, "fa2"), (128, "fp32")]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run(
+        [sys.executable, "-c", _ATOMIC_DQ_CHECK, json.dumps(shapes)],
+        capture_output=True, text=True, env=env, timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(found) == len(shapes)
+    for name, usage in found.items():
+        assert usage["spills"] == 0 and usage["red"] > 0 and usage["atom"] == 0, (name, usage)
+        assert 0 < usage["shared"] <= sass.SM90_SHARED_MEMORY, (name, usage)

@@ -47,6 +47,42 @@ def test_implementations_add_instrumented_base_and_peers() -> None:
     assert impls[2].instrument and impls[2].spec == impls[0].spec
 
 
+def test_dq_both_times_each_preset_ordered_and_with_atomic_dq() -> None:
+    impls = bench.implementations(["fa2", "sfa"], instrumented=True, peers=False, dq="both")
+    assert [(i.name, i.dq_accumulation) for i in impls] == [
+        ("fa2", "ordered"), ("fa2+atomic-dq", "atomic"), ("sfa", "ordered"),
+        ("sfa+atomic-dq", "atomic"), ("fa2+stats", "ordered"),
+    ]  # fmt: skip
+    assert impls[1].spec == impls[0].spec
+    atomic_only = bench.implementations(["fa2"], instrumented=True, peers=False, dq="atomic")
+    assert [(i.name, i.dq_accumulation) for i in atomic_only] == [
+        ("fa2+atomic-dq", "atomic"), ("fa2+atomic-dq+stats", "atomic")
+    ]  # fmt: skip
+    with pytest.raises(FlashprobeError, match="--dq must be one of ordered, atomic, both"):
+        bench.implementations(["fa2"], instrumented=False, peers=False, dq="fast")
+
+
+def test_the_kernels_are_called_with_each_implementations_dq_accumulation(monkeypatch) -> None:
+    """Through the Triton entry point (interpreted on the CPU), each implementation's
+    backward gets its own dq_accumulation."""
+    from flashprobe.kernels import autograd, launch
+
+    if not launch.interpreting():
+        pytest.skip("runs the kernels in the CPU interpreter")
+    seen = []
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(kwargs["dq_accumulation"])
+        return launch.attention_backward(*args, **kwargs)
+
+    monkeypatch.setattr(autograd, "attention_backward", spy)
+    shape = bench.BenchShape(1, 2, 40, 16, True)
+    impls = bench.implementations(["fa2"], instrumented=False, peers=False, dq="both")
+    timings = bench.run_benchmark([shape], impls, ["bwd"], device="cpu", timer=_count_steps([]))
+    assert [(t.impl, t.ms) for t in timings] == [("fa2", 1.0), ("fa2+atomic-dq", 1.0)]
+    assert seen == ["ordered", "atomic"]
+
+
 def test_ratio_table_divides_by_the_baseline() -> None:
     shape = bench.BenchShape(1, 1, 128, 64, True)
     timings = [

@@ -57,3 +57,23 @@ def test_flash_attention_peers_get_ratio_columns_and_a_missing_one_a_line() -> N
         "flash-attn-3: not installed",
         "flash-attn-2: unsupported: head dim 512 > 256 (2 of 4 timings)",
     ]
+
+
+def test_the_base_preset_with_atomic_dq_is_compared_to_the_peers_and_to_the_base() -> None:
+    shape = bench.BenchShape(32, 16, 1024, 64, True)
+    impls = bench.implementations(["fa2"], instrumented=False, peers=True, dq="both")
+    timings = [
+        bench.Timing(shape, "fa2", "bwd", 1.0, 300.0),
+        bench.Timing(shape, "fa2+atomic-dq", "bwd", 1.0, 360.0),
+        bench.Timing(shape, "sdpa-flash", "bwd", 1.0, 250.0),
+        bench.Timing(shape, "sdpa-cudnn", "bwd", 1.0, 400.0),
+        bench.Timing(shape, "flash-attn-2", "bwd", None, None, "not installed"),
+        bench.Timing(shape, "flash-attn-3", "bwd", None, None, "not installed"),
+    ]
+    table = bench_tables(timings, impls).split("\n\n")[0]
+    header, row = table.splitlines()[1].split(), table.splitlines()[3].split()
+    assert header[-5:] == [
+        "fa2/flash", "fa2/cudnn", "fa2+atomic-dq/flash", "fa2+atomic-dq/cudnn",
+        "fa2+atomic-dq/fa2",
+    ]  # fmt: skip
+    assert row[-5:] == ["1.20×", "0.75×", "1.44×", "0.90×", "1.20×"]
