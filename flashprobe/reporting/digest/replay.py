@@ -16,14 +16,18 @@ tokens of every head of the layer):
     running_sum     Σ of `sum` over the captured steps up to this one (the paper's Fig. 5a)
     heads_positive  how many of the layer's heads have a positive δ error mean, of `heads`
 
-and, per variant, the summary the replay computes over every step, layer and head
+per replayed variant, captured layer and step, the attention gradients' error (`gradients`:
+dQ and dK relative L2 error against the golden, the mean over the layer's heads), and, per
+variant, the summary the replay computes over every step, layer and head
 (attribution.replay_summary.summarise). Digest form:
 
     "replay": {"source_cell": "paper-code--1a2b", "backend": "triton", "steps": [900, ...],
                "layers": [0, 1], "weight_gradient": "dW = dQᵀX", "notes": [...],
                "delta": {variant: {layer: [[step, mean, t, sum, running_sum,
                                             heads_positive, heads], ...]}},
+               "gradients": {variant: {layer: [[step, dq_rel, dk_rel], ...]}},
                "summary": {variant: {"delta_bias": ..., "delta_t_max": ..., ...}}}
+    ("gradients" is absent from digests written before it was added: nothing to show.)
     or {"error": "why the replay.json was not read"}
 """
 
@@ -37,6 +41,16 @@ from typing import Any
 from flashprobe.attribution.replay_summary import summarise
 
 DELTA_FIELDS = ("step", "mean", "t", "sum", "running_sum", "heads_positive", "heads")
+GRADIENT_FIELDS = ("step", "dq_rel", "dk_rel")
+
+
+@dataclass(frozen=True)
+class GradientStep:
+    """One variant's attention-gradient error on one captured (step, layer), mean over heads."""
+
+    step: int
+    dq_rel: float | None
+    dk_rel: float | None
 
 
 @dataclass(frozen=True)
@@ -74,6 +88,7 @@ class ReplayDigest:
     delta: Mapping[str, Mapping[int, tuple[DeltaStep, ...]]] = field(default_factory=dict)
     summary: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     error: str | None = None
+    gradients: Mapping[str, Mapping[int, tuple[GradientStep, ...]]] = field(default_factory=dict)
 
     @property
     def variants(self) -> list[str]:
@@ -101,8 +116,13 @@ class ReplayDigest:
                 v: {str(layer): [s.to_list() for s in steps] for layer, steps in layers.items()}
                 for v, layers in self.delta.items()
             },
+            "gradients": {
+                v: {str(layer): [[g.step, g.dq_rel, g.dk_rel] for g in steps]
+                    for layer, steps in layers.items()}
+                for v, layers in self.gradients.items()
+            },
             "summary": {v: dict(row) for v, row in self.summary.items()},
-        }
+        }  # fmt: skip
 
 
 # -- replay.json → digest -------------------------------------------------------------------
@@ -125,18 +145,23 @@ def compact(doc: Mapping[str, Any]) -> dict[str, Any]:
         at = (
             pooled.setdefault(variant, {})
             .setdefault(layer, {})
-            .setdefault(step, {"sum": 0.0, "rows": 0, "heads": [], "positive": 0})
+            .setdefault(step, {"sum": 0.0, "rows": 0, "heads": [], "positive": 0, "grads": []})
         )
         at["sum"] += total
         at["rows"] += rows
         at["heads"].append((rows, mean, rec.get("delta_t")))
         at["positive"] += int(mean is not None and mean > 0)
+        at["grads"].append((rec.get("dq_rel"), rec.get("dk_rel")))
     delta: dict[str, dict[str, list[list[Any]]]] = {}
+    gradients: dict[str, dict[str, list[list[Any]]]] = {}
     for variant, layers in pooled.items():
         for layer, steps in sorted(layers.items()):
             running = 0.0
             out = delta.setdefault(variant, {}).setdefault(str(layer), [])
+            grads = gradients.setdefault(variant, {}).setdefault(str(layer), [])
             for step, at in sorted(steps.items()):
+                dq, dk = zip(*at["grads"], strict=True)
+                grads.append([step, _mean_over_heads(dq), _mean_over_heads(dk)])
                 running += at["sum"]
                 out.append(
                     [
@@ -157,8 +182,16 @@ def compact(doc: Mapping[str, Any]) -> dict[str, Any]:
         "weight_gradient": doc.get("weight_gradient"),
         "notes": list(doc.get("notes") or []),
         "delta": delta,
+        "gradients": gradients,
         "summary": summarise([doc]),
     }
+
+
+def _mean_over_heads(values: Sequence[Any]) -> float | None:
+    """The mean of the heads' values; None when a head has none or a non-finite one."""
+    if not values or any(not isinstance(v, int | float) or not math.isfinite(v) for v in values):
+        return None
+    return sum(values) / len(values)
 
 
 def pooled_t(heads: Sequence[tuple[int, Any, Any]]) -> float | None:
@@ -204,6 +237,17 @@ def parse(raw: Any, where: str) -> ReplayDigest | None:
             int(layer): tuple(_delta_step(row, where) for row in _rows(rows, where))
             for layer, rows in layers.items()
         }
+    gradients_raw = raw.get("gradients") or {}
+    if not isinstance(gradients_raw, Mapping):
+        raise ValueError(f"{where}: replay gradients is not an object")
+    gradients: dict[str, dict[int, tuple[GradientStep, ...]]] = {}
+    for variant, layers in gradients_raw.items():
+        if not isinstance(layers, Mapping):
+            raise ValueError(f"{where}: replay gradients of {variant} is not per layer")
+        gradients[str(variant)] = {
+            int(layer): tuple(_gradient_step(row, where) for row in _rows(rows, where))
+            for layer, rows in layers.items()
+        }
     return ReplayDigest(
         source_cell=_optional_str(raw.get("source_cell")),
         backend=_optional_str(raw.get("backend")),
@@ -213,12 +257,13 @@ def parse(raw: Any, where: str) -> ReplayDigest | None:
         notes=tuple(str(n) for n in raw.get("notes") or ()),
         delta=delta,
         summary={str(v): dict(row) for v, row in summary.items() if isinstance(row, Mapping)},
+        gradients=gradients,
     )
 
 
 def _rows(value: Any, where: str) -> Sequence[Any]:
     if not isinstance(value, list):
-        raise ValueError(f"{where}: replay delta rows are not a list")
+        raise ValueError(f"{where}: replay rows are not a list")
     return value
 
 
@@ -228,6 +273,13 @@ def _delta_step(row: Any, where: str) -> DeltaStep:
     step, mean, t, total, running, positive, heads = row
     mean, t, total, running = (finite_number(x) for x in (mean, t, total, running))
     return DeltaStep(int(step), mean, t, total, running, int(positive), int(heads))
+
+
+def _gradient_step(row: Any, where: str) -> GradientStep:
+    if not isinstance(row, list) or len(row) != len(GRADIENT_FIELDS):
+        raise ValueError(f"{where}: replay gradients row is not [{', '.join(GRADIENT_FIELDS)}]")
+    step, dq, dk = row
+    return GradientStep(int(step), finite_number(dq), finite_number(dk))
 
 
 def finite_number(value: Any) -> float | None:

@@ -59,6 +59,13 @@ DELTA_LEGEND = (
     "heads, then over the captured steps so far (the paper's Fig. 5a). A bias: one sign at "
     "every step, |t| well above 2, a running sum that grows one way."
 )
+GRADIENT_LEGEND = (
+    "The replayed dQ's relative L2 error against the fp64 golden on the same captures, the mean "
+    "over each layer's heads; per captured step before the divergence: the mean over the "
+    "captured layers, and the layer with the largest error (layer: error). dK's is in the "
+    "digest (`gradients`). `flashprobe logit-scale` shows the same error on synthetic inputs "
+    "as the logits grow."
+)
 REPLAY_SUMMARY_COLS = ["variant", "δ bias per row", "largest δ t", "δ coherence",
                        "growth exponent", "O bias per row", "dQ rel. error",
                        "matches capture"]  # fmt: skip
@@ -642,6 +649,16 @@ def _replay_section(cell: DigestCell, heading: Any, table: Any) -> list[str]:
         table(_delta_rows(cell), DELTA_COLS),
         "",
         DELTA_LEGEND,
+    ]
+    gradient_steps = _gradient_steps(cell)
+    if gradient_steps:
+        out += [
+            "",
+            table(_gradient_rows(cell, gradient_steps), ["variant", *gradient_steps]),
+            "",
+            GRADIENT_LEGEND,
+        ]
+    out += [
         "",
         table(_replay_summary_rows(cell), REPLAY_SUMMARY_COLS),
         "",
@@ -670,6 +687,35 @@ def _delta_rows(cell: DigestCell) -> list[list[Any]]:
          d.running_sum]
         for variant, layer, d in rows
     ]  # fmt: skip
+
+
+def _gradient_steps(cell: DigestCell) -> dict[str, int]:
+    """Column header → captured step, for the steps before the divergence with gradients."""
+    assert cell.replay is not None
+    diverged = cell.diverged_step
+    steps = sorted({g.step for layers in cell.replay.gradients.values()
+                    for rows in layers.values() for g in rows
+                    if diverged is None or g.step < diverged})  # fmt: skip
+    return {f"dQ error @ {step}": step for step in steps}
+
+
+def _gradient_rows(cell: DigestCell, steps: Mapping[str, int]) -> list[list[Any]]:
+    assert cell.replay is not None
+    rows = []
+    for variant in _replay_variants(cell):
+        layers = cell.replay.gradients.get(variant, {})
+        row: list[Any] = [variant]
+        for step in steps.values():
+            errors = {layer: g.dq_rel for layer, gs in layers.items() for g in gs
+                      if g.step == step and g.dq_rel is not None}  # fmt: skip
+            if not errors:
+                row.append(None)
+                continue
+            worst = max(errors, key=lambda layer: (errors[layer], -layer))
+            mean = sum(errors.values()) / len(errors)
+            row.append(f"{mean:.3g} ({worst}: {errors[worst]:.3g})")
+        rows.append(row)
+    return rows
 
 
 def _replay_summary_rows(cell: DigestCell) -> list[list[Any]]:

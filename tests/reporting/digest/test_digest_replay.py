@@ -65,6 +65,14 @@ def test_compact_pools_the_records_per_variant_layer_and_step(replayed_store: Pa
                     pooled_t([(r["rows"], r["delta_mean"], r["delta_t"]) for r in recs])
                 )
                 assert t is None or math.copysign(1, t) == math.copysign(1, mean)
+            grads = got["gradients"][variant][layer]
+            assert [g[0] for g in grads] == [5, 9, 25]
+            for step, dq, dk in grads:
+                recs = [r for r in doc["records"] if (r["variant"], r["layer"], r["step"])
+                        == (variant, int(layer), step)]  # fmt: skip
+                assert dq == pytest.approx(sum(r["dq_rel"] for r in recs) / len(recs))
+                assert dk == pytest.approx(sum(r["dk_rel"] for r in recs) / len(recs))
+                assert 0 < dq < 1
             series = [s for s in doc["series"]
                       if (s["variant"], s["layer"]) == (variant, int(layer))]  # fmt: skip
             per_head = [sum(v) for v in zip(*(s["delta_cumsum"] for s in series), strict=True)]
@@ -89,7 +97,11 @@ def test_parse_round_trips_and_refuses_malformed_entries(replayed_store: Path) -
     assert [x[2].step for x in replay.rows(before=12)] == [5, 9] * 4
     assert parse(None, "cell 0") is None
     assert parse({"error": "corrupt"}, "cell 0").error == "corrupt"  # type: ignore[union-attr]
-    for bad in ([], {"delta": {"touchy": {"0": [[5, 1.0]]}}}, {"delta": {"touchy": [1]}}):
+    assert replay.gradients["touchy"][0][0].step == 5
+    old = parse({k: v for k, v in raw.items() if k != "gradients"}, "cell 0")
+    assert old is not None and old.gradients == {}  # a digest written before gradients
+    for bad in ([], {"delta": {"touchy": {"0": [[5, 1.0]]}}}, {"delta": {"touchy": [1]}},
+                {"gradients": {"touchy": {"0": [[5, 0.1]]}}}, {"gradients": [1]}):  # fmt: skip
         with pytest.raises(ValueError, match="replay"):
             parse(bad, "cell 0")
 

@@ -179,7 +179,23 @@ def test_the_replay_section_shows_the_replay_json(replayed_store: Path, tmp_path
     assert heading in text
     assert f"the run diverged at step {diverged}: the captures before it" in text
     assert "(left out: the capture at step 25)" in text
-    delta, summary = _tables(text, heading)
+    delta, gradients, summary = _tables(text, heading)
+    assert [r["variant"] for r in gradients] == ["touchy", "paper-code"]
+    for row in gradients:
+        for step in (5, 9):  # the steps before the divergence
+            per_layer = {}
+            for layer in (0, 1):
+                now = [
+                    r["dq_rel"]
+                    for r in doc["records"]
+                    if (r["variant"], r["layer"], r["step"]) == (row["variant"], layer, step)
+                ]
+                per_layer[layer] = sum(now) / len(now)
+            worst = max(per_layer, key=per_layer.get)
+            mean, rest = row[f"dQ error @ {step}"].split(" (")
+            assert float(mean) == pytest.approx(sum(per_layer.values()) / 2, rel=5e-3)
+            assert rest == f"{worst}: {per_layer[worst]:.3g})"
+        assert "dQ error @ 25" not in row
     seen = [(r["variant"], int(r["layer"]), int(r["step"])) for r in delta]
     assert seen == [(v, layer, s) for v in ("touchy", "paper-code") for layer in (0, 1)
                     for s in (5, 9)]  # fmt: skip
