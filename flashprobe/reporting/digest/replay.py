@@ -225,29 +225,11 @@ def parse(raw: Any, where: str) -> ReplayDigest | None:
         raise ValueError(f"{where}: replay is not an object")
     if raw.get("error") is not None:
         return ReplayDigest(error=str(raw["error"]))
-    delta_raw = raw.get("delta") or {}
     summary = raw.get("summary") or {}
-    if not isinstance(delta_raw, Mapping) or not isinstance(summary, Mapping):
-        raise ValueError(f"{where}: replay delta / summary is not an object")
-    delta: dict[str, dict[int, tuple[DeltaStep, ...]]] = {}
-    for variant, layers in delta_raw.items():
-        if not isinstance(layers, Mapping):
-            raise ValueError(f"{where}: replay delta of {variant} is not per layer")
-        delta[str(variant)] = {
-            int(layer): tuple(_delta_step(row, where) for row in _rows(rows, where))
-            for layer, rows in layers.items()
-        }
-    gradients_raw = raw.get("gradients") or {}
-    if not isinstance(gradients_raw, Mapping):
-        raise ValueError(f"{where}: replay gradients is not an object")
-    gradients: dict[str, dict[int, tuple[GradientStep, ...]]] = {}
-    for variant, layers in gradients_raw.items():
-        if not isinstance(layers, Mapping):
-            raise ValueError(f"{where}: replay gradients of {variant} is not per layer")
-        gradients[str(variant)] = {
-            int(layer): tuple(_gradient_step(row, where) for row in _rows(rows, where))
-            for layer, rows in layers.items()
-        }
+    if not isinstance(summary, Mapping):
+        raise ValueError(f"{where}: replay summary is not an object")
+    delta = _per_variant_and_layer(raw, "delta", _delta_step, where)
+    gradients = _per_variant_and_layer(raw, "gradients", _gradient_step, where)
     return ReplayDigest(
         source_cell=_optional_str(raw.get("source_cell")),
         backend=_optional_str(raw.get("backend")),
@@ -259,6 +241,24 @@ def parse(raw: Any, where: str) -> ReplayDigest | None:
         summary={str(v): dict(row) for v, row in summary.items() if isinstance(row, Mapping)},
         gradients=gradients,
     )
+
+
+def _per_variant_and_layer(
+    raw: Mapping[str, Any], key: str, read_row: Any, where: str
+) -> dict[str, dict[int, tuple[Any, ...]]]:
+    """{variant: {layer: rows}} of raw[key] (absent: empty), each row read by `read_row`."""
+    entries = raw.get(key) or {}
+    if not isinstance(entries, Mapping):
+        raise ValueError(f"{where}: replay {key} is not an object")
+    out: dict[str, dict[int, tuple[Any, ...]]] = {}
+    for variant, layers in entries.items():
+        if not isinstance(layers, Mapping):
+            raise ValueError(f"{where}: replay {key} of {variant} is not per layer")
+        out[str(variant)] = {
+            int(layer): tuple(read_row(row, where) for row in _rows(rows, where))
+            for layer, rows in layers.items()
+        }
+    return out
 
 
 def _rows(value: Any, where: str) -> Sequence[Any]:
