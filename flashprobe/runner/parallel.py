@@ -16,6 +16,10 @@ cell trains with its own train.cpu_threads however it is run, so --jobs changes 
 Ctrl-C the children are stopped (see `stop`): their unfinished cells stay resumable with
 --resume.
 
+On a machine with several CUDA GPUs the children are spread over them (`spread_over_gpus`:
+child k of those with cells to train sees GPU k mod G alone, through CUDA_VISIBLE_DEVICES), so
+`--jobs G` trains G independent units at once; with one GPU they share it as before.
+
 The children die with the parent, however it dies (kill -9 included): on Linux the kernel sends
 each SIGTERM when the parent goes (prctl PR_SET_PDEATHSIG), and each child also watches its
 parent's pid (`watch_parent`, the fallback elsewhere); a child stops on SIGTERM as on a second
@@ -58,6 +62,7 @@ class Shard:
     command: tuple[str, ...]
     log: Path
     cells: int  # cells it has to train (the others of its shard are finished)
+    gpu: str | None = None  # its CUDA_VISIBLE_DEVICES (None: the parent's)
 
     @property
     def name(self) -> str:
@@ -137,6 +142,29 @@ def plan_shards(
     ]
 
 
+def visible_gpus() -> list[str]:
+    """The CUDA GPUs this process may use, as CUDA_VISIBLE_DEVICES entries ([]: none)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    count = torch.cuda.device_count()
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        return [str(i) for i in range(count)]
+    return [entry.strip() for entry in listed.split(",") if entry.strip()][:count]
+
+
+def spread_over_gpus(shards: Sequence[Shard], gpus: Sequence[str]) -> list[Shard]:
+    """With several GPUs, give the shards that have cells to train one GPU each, in turn (more
+    shards than GPUs: they share them evenly); with one GPU or none, change nothing."""
+    if len(gpus) < 2:
+        return list(shards)
+    busy = [s for s in shards if s.cells]
+    turn = {s.index: gpus[i % len(gpus)] for i, s in enumerate(busy)}
+    return [dataclasses.replace(s, gpu=turn.get(s.index)) for s in shards]
+
+
 def run_shards(
     shards: Iterable[Shard],
     *,
@@ -158,9 +186,10 @@ def run_shards(
                 continue
             process = _start(shard)
             running[shard.index] = (shard, process, time.monotonic())
+            where = "" if shard.gpu is None else f" on GPU {shard.gpu}"
             say(
-                f"{shard.name}: started, {shard.cells} cells to train (pid {process.pid}); "
-                f"log {shard.log}"
+                f"{shard.name}: started{where}, {shard.cells} cells to train "
+                f"(pid {process.pid}); log {shard.log}"
             )
         while running:
             for index, (shard, process, started) in list(running.items()):
@@ -229,7 +258,7 @@ def _start(shard: Shard) -> subprocess.Popen[bytes]:
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=child_environment(shard.count),
+            env=child_environment(shard.count, shard.gpu),
             preexec_fn=_death_signal(),
         )
 
@@ -286,11 +315,14 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def child_environment(count: int) -> dict[str, str]:
-    """The parent's environment, unbuffered (the log follows the run) and, unless it sets
-    OMP_NUM_THREADS, with the CPU cores split between the `count` processes (as torchrun does):
-    each taking every core slows all of them down several times."""
+def child_environment(count: int, gpu: str | None = None) -> dict[str, str]:
+    """The parent's environment, unbuffered (the log follows the run), with `gpu` the only CUDA
+    GPU it sees (when given) and, unless it sets OMP_NUM_THREADS, the CPU cores split between
+    the `count` processes (as torchrun does): each taking every core slows all of them down
+    several times."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_ENV: str(os.getpid())}
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
     if "OMP_NUM_THREADS" not in env:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         env["OMP_NUM_THREADS"] = str(max(1, (cores or 1) // count))

@@ -26,7 +26,9 @@ from flashprobe.runner.parallel import (
     child_command,
     plan_shards,
     run_shards,
+    spread_over_gpus,
     trained_as_done,
+    visible_gpus,
     watch_parent,
 )
 from flashprobe.runner.plan import PlannedCell, plan_suite
@@ -41,6 +43,7 @@ from flashprobe.runner.shards import parse_shard, select_shard
 from flashprobe.runner.summary import outcome_row, plan_row
 from flashprobe.runner.training import CellOutcome, SuiteEvents, run_plan, suite_session
 from flashprobe.store.result_store import ResultStore
+from flashprobe.suites.cell_config import resolve_cell_config
 from flashprobe.suites.suite import Suite
 
 if TYPE_CHECKING:
@@ -218,6 +221,8 @@ def _train_in_shards(
         restart=request.restart,
     )
     shards = plan_shards(plan, request.jobs, store_root=store.root, suite=suite, command=command)
+    if any(p.action != "skip" and _on_gpu(p) for p in plan):
+        shards = spread_over_gpus(shards, visible_gpus())
     try:
         results = run_shards(shards, say=say)
     except KeyboardInterrupt:
@@ -235,6 +240,11 @@ def _train_in_shards(
             "with --resume for interrupted ones)",
             1,
         )
+
+
+def _on_gpu(planned: PlannedCell) -> bool:
+    """The cell trains on a CUDA GPU where there is one (device cuda, or auto)."""
+    return resolve_cell_config(planned.cell.config).train.device != "cpu"
 
 
 def _quiet(_line: str) -> None:

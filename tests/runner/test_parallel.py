@@ -3,6 +3,7 @@ Ctrl-C (children here are tiny Python one-liners; tests/cli trains real shards).
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import time
@@ -152,6 +153,37 @@ def test_children_share_the_cpu_cores(monkeypatch) -> None:
     assert parallel.child_environment(32)["OMP_NUM_THREADS"] == "1"
     monkeypatch.setenv("OMP_NUM_THREADS", "8")  # the user's choice stands
     assert parallel.child_environment(3)["OMP_NUM_THREADS"] == "8"
+
+
+def test_children_are_spread_over_the_gpus(tmp_path, monkeypatch) -> None:
+    shards = [shard(tmp_path, i, "pass", count=4, cells=int(i != 1)) for i in range(4)]
+    assert parallel.spread_over_gpus(shards, ["0"]) == shards  # one GPU: shared as before
+    spread = parallel.spread_over_gpus(shards, ["3", "5"])
+    assert [s.gpu for s in spread] == ["3", None, "5", "3"]  # shard 1 has nothing to train
+    assert parallel.child_environment(4, "5")["CUDA_VISIBLE_DEVICES"] == "5"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,7")
+    assert parallel.child_environment(4)["CUDA_VISIBLE_DEVICES"] == "2,7"  # the parent's
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert parallel.visible_gpus() == ["2", "7"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,1,4")  # more listed than torch sees
+    assert parallel.visible_gpus() == ["6", "1"]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert parallel.visible_gpus() == ["0", "1"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert parallel.visible_gpus() == []
+
+
+def test_a_child_sees_only_its_gpu(tmp_path) -> None:
+    code = "import os; print('gpu', os.environ['CUDA_VISIBLE_DEVICES'])"
+    lines: list[str] = []
+    (result,) = run_shards(
+        [dataclasses.replace(shard(tmp_path, 0, code), gpu="3")], say=lines.append, poll_s=0.05
+    )
+    assert result.ok and lines[0].startswith("shard 0/2: started on GPU 3, 1 cells to train")
+    assert "gpu 3" in (tmp_path / "tiny" / "logs" / "shard-0-of-2.log").read_text()
 
 
 def _gone(pid: int) -> bool:
