@@ -1,0 +1,60 @@
+"""scripts/device/spread.sh: cells dealt over the GPUs in turn, each GPU's cells in order, the
+exit status non-zero when a cell fails (the others still run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from queue_harness import DEVICE, ROOT, shim
+
+RECORD_ENV = """#!{python} -S
+import json, os, sys
+with open(os.environ["SPREAD_CALLS"], "a") as calls:
+    calls.write(json.dumps([os.environ.get("CUDA_VISIBLE_DEVICES"), *sys.argv[1:]]) + "\\n")
+sys.exit(1 if "broken" in sys.argv else 0)
+"""
+
+
+def spread(tmp_path: Path, gpus: int, cells: str, *options: str) -> tuple[int, list[list[str]]]:
+    bin_dir = tmp_path / "bin"
+    shim(bin_dir, "python3", RECORD_ENV.format(python=sys.executable))
+    shim(bin_dir, "nvidia-smi", "#!/bin/sh\n" + "".join(f"echo {i}\n" for i in range(gpus)))
+    calls = tmp_path / "calls.jsonl"
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "SPREAD_CALLS": str(calls), "STORE": str(tmp_path / "store")}  # fmt: skip
+    result = subprocess.run(
+        ["bash", str(DEVICE / "spread.sh"), "ablations/quick.yaml", cells, *options],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    lines = calls.read_text().splitlines() if calls.exists() else []
+    return result.returncode, [json.loads(line) for line in lines]
+
+
+def cell_of(call: list[str]) -> str:
+    return f"{call[call.index('--variant') + 1]}:{call[call.index('--set') + 1][7:-1]}"
+
+
+def test_cells_are_dealt_over_the_gpus_in_turn(tmp_path: Path) -> None:
+    code, calls = spread(tmp_path, 2, "fa2:0 paper-code:0 fa2:1 paper-code:1 fa2:2", "--jobs", "1")
+    assert code == 0
+    by_gpu = {gpu: [cell_of(c) for c in calls if c[0] == gpu] for gpu in ("0", "1")}
+    assert by_gpu == {"0": ["fa2:0", "fa2:1", "fa2:2"], "1": ["paper-code:0", "paper-code:1"]}
+    first = calls[0]
+    assert first[1:6] == ["-m", "flashprobe", "ablate", "-c", "ablations/quick.yaml"]
+    assert first[-5:] == ["--jobs", "1", "--no-replay", "--store", str(tmp_path / "store")]
+
+
+def test_one_gpu_trains_the_cells_in_order(tmp_path: Path) -> None:
+    code, calls = spread(tmp_path, 1, "fa2:3 fa2:1 paper-code:2")
+    assert code == 0 and [c[0] for c in calls] == ["0"] * 3
+    assert [cell_of(c) for c in calls] == ["fa2:3", "fa2:1", "paper-code:2"]
+
+
+def test_a_failed_cell_fails_the_call_and_the_others_run(tmp_path: Path) -> None:
+    code, calls = spread(tmp_path, 2, "broken:0 fa2:0 fa2:1 fa2:2")
+    assert code == 1
+    assert sorted(cell_of(c) for c in calls) == ["broken:0", "fa2:0", "fa2:1", "fa2:2"]
