@@ -10,7 +10,7 @@ from flashprobe.cli import app
 from flashprobe.errors import FlashprobeError
 from flashprobe.reporting.render import check_format, render
 
-COLUMNS = ["target_logit", "variant", "o", "delta", "dq", "dk", "dv", "dq_vs_torch"]
+COLUMNS = ["target_logit", "variant", "o", "delta", "dq", "dk", "dv", "dq_vs_torch", "dq_cos"]
 HEADERS = {
     "target_logit": "max logit",
     "o": "O",
@@ -19,6 +19,7 @@ HEADERS = {
     "dk": "dK",
     "dv": "dV",
     "dq_vs_torch": "dQ ÷ torch",
+    "dq_cos": "cos dQ",
 }
 
 
@@ -53,7 +54,8 @@ def logit_scale_command(
     |logit| is L, then rounded to bf16 (V, dO ~ N(0, 1) in bf16); each variant runs in the
     reference emulator (CPU) and its relative L2 error against the fp64 golden on the same
     inputs is printed, averaged over seeds. torch-bf16 is plain PyTorch attention in bf16 (the
-    reference of the project's error gate); "dQ ÷ torch" is a variant's dQ error over its.
+    reference of the project's error gate); "dQ ÷ torch" is a variant's dQ error over its;
+    "cos dQ" the cosine between the variant's dQ and the fp64 one (1: same direction).
 
     Examples:
 

@@ -5,7 +5,8 @@ Training runs that explode have logits in the thousands (docs/findings.md). This
 each kernel computes there: for every target max logit L it draws q, k ~ N(0, 1), scales both so
 that the largest visible |scale·q·kᵀ| of each head is L, rounds them to bf16 (V, dO ~ N(0, 1) in
 bf16 too), runs each variant through the reference emulator (forward and backward) and measures
-the relative L2 error of O, δ, dQ, dK and dV against the fp64 golden on the same bf16 inputs.
+the relative L2 error of O, δ, dQ, dK and dV against the fp64 golden on the same bf16 inputs,
+and the cosine between the variant's dQ and the golden's.
 The same-dtype PyTorch attention (`numerics.gate.reference_attention`: scores, softmax and
 output each rounded to bf16) is measured beside them as `torch-bf16`, the reference of the
 project's error gate. Gaussian scores are a clean, reproducible stand-in for a trained model's:
@@ -30,8 +31,11 @@ from flashprobe.reference.golden import golden_backward, golden_forward
 from flashprobe.reference.threads import measurement_threads
 from flashprobe.spec import FIELD_NAMES, PRESETS, KernelSpec, make_spec, parse_assignments
 
-#: The quantities compared with the fp64 golden, in table order.
-QUANTITIES = ("o", "delta", "dq", "dk", "dv")
+#: The quantities compared with the fp64 golden, in table order: relative L2 errors, then the
+#: cosine between the variant's dQ and the golden's (1: the error only rescales it; lower: the
+#: gradient points elsewhere).
+ERRORS = ("o", "delta", "dq", "dk", "dv")
+QUANTITIES = (*ERRORS, "dq_cos")
 #: The same-dtype PyTorch attention, measured beside the variants.
 TORCH_REFERENCE = "torch-bf16"
 DEFAULT_LOGITS = (10.0, 100.0, 1000.0, 4000.0)
@@ -203,7 +207,16 @@ def _errors(
         fwd = emulate_forward(q, k, v, spec, causal=causal)
         bwd = emulate_backward(q, k, v, fwd.o, do, fwd.lse, spec, causal=causal, o_fp32=fwd.o_fp32)
         got = {"o": fwd.o, "delta": bwd.delta, "dq": bwd.dq, "dk": bwd.dk, "dv": bwd.dv}
-    return {name: rel_l2(got[name], golden[name]) if name in got else None for name in QUANTITIES}
+    out = {name: rel_l2(got[name], golden[name]) if name in got else None for name in ERRORS}
+    return {**out, "dq_cos": _cosine(got["dq"], golden["dq"])}
+
+
+def _cosine(x: torch.Tensor, golden: torch.Tensor) -> float | None:
+    x64, g64 = x.detach().double().flatten(), golden.detach().double().flatten()
+    norms = x64.norm().item() * g64.norm().item()
+    if not math.isfinite(norms) or norms == 0:
+        return None
+    return (x64 @ g64).item() / norms
 
 
 def run_logit_scale(config: LogitScaleConfig) -> LogitScaleReport:

@@ -22,7 +22,8 @@ def test_table(run_cli) -> None:
         ("10", "fa2"), ("10", "paper-code"), ("10", "torch-bf16"),
         ("1000", "fa2"), ("1000", "paper-code"), ("1000", "torch-bf16"),
     ]  # fmt: skip
-    assert body[2][3] == "-" and body[2][-1] == "1"  # torch: no δ; its own dQ ratio
+    assert body[2][3] == "-" and body[2][-2] == "1"  # torch: no δ; its own dQ ratio
+    assert float(body[0][-1]) > 0.99  # fa2's dQ points where fp64's does
 
 
 def test_json_and_csv(run_cli) -> None:

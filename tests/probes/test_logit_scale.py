@@ -61,6 +61,7 @@ def test_bf16_scores_break_the_gradients_at_large_logits() -> None:
     paper, fa2, restored = rows["paper-code"], rows["fa2"], rows["score-fp32"]
     assert paper.mean("dq") > 0.1 and fa2.mean("dq") < 0.03
     assert restored.mean("dq") < paper.mean("dq") / 5
+    assert fa2.mean("dq_cos") > 0.999 and paper.mean("dq_cos") < 0.99  # it points elsewhere
     torch_dq = rows[TORCH_REFERENCE].mean("dq")
     assert 0.5 < paper.mean("dq") / torch_dq < 2
     assert rows[TORCH_REFERENCE].mean("delta") is None
@@ -82,7 +83,17 @@ def test_report_document() -> None:
     assert doc["config"]["seeds"] == [0, 2] and doc["config"]["variants"]["fa2"]["block_n"] == 64
     assert {r["variant"] for r in doc["rows"]} == {"fa2", TORCH_REFERENCE}
     row = doc["rows"][0]
-    assert set(row) >= {"target_logit", "max_logit", "o", "delta", "dq", "dk", "dv", "per_seed"}
+    assert set(row) >= {
+        "target_logit",
+        "max_logit",
+        "o",
+        "delta",
+        "dq",
+        "dk",
+        "dv",
+        "dq_cos",
+        "per_seed",
+    }
     assert len(row["per_seed"]["dq"]) == 2
     assert doc["environment"]["torch"] == torch.__version__
 
