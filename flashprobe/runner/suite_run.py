@@ -244,7 +244,7 @@ def _train_in_shards(
 
 def _on_gpu(planned: PlannedCell) -> bool:
     """The cell trains on a CUDA GPU where there is one (device cuda, or auto)."""
-    return resolve_cell_config(planned.cell.config).train.device != "cpu"
+    return resolve_cell_config(planned.cell.config).train.train.device != "cpu"
 
 
 def _quiet(_line: str) -> None:
