@@ -134,3 +134,23 @@ def test_a_failed_cell_makes_the_run_not_ok(tmp_path, make_suite) -> None:
     run = run_suite(request, events=Failing())
     assert [o.status for o in run.outcomes] == ["failed", "failed"] and not run.ok
     assert run.outcomes[0].message == "RuntimeError: boom"
+
+
+def test_jobs_spread_over_gpus_only_for_cells_that_train_on_one(
+    tmp_path, make_suite, monkeypatch
+) -> None:
+    """--jobs hands the shards to parallel.spread_over_gpus when a cell to train is not pinned
+    to the CPU (device cuda or auto); CPU suites keep the parent's CUDA_VISIBLE_DEVICES."""
+    from flashprobe.runner import suite_run
+
+    seen: list[list[str | None]] = []
+    monkeypatch.setattr(suite_run, "visible_gpus", lambda: ["4", "6"])
+    monkeypatch.setattr(
+        suite_run, "run_shards", lambda shards, say: seen.append([s.gpu for s in shards]) or []
+    )
+    for device, expected in (("cpu", [None, None]), ("auto", ["4", "6"])):
+        raw = make_suite(base={"train": {"device": device}})
+        request = SuiteRequest(write(tmp_path, raw), store=tmp_path / device, jobs=2)
+        with pytest.raises(RunStopped, match="left 2 of 2 cells unfinished"):
+            run_suite(request)  # the stand-in run_shards trained nothing
+        assert seen.pop() == expected
