@@ -63,6 +63,8 @@ class LogitScaleConfig:
             raise FlashprobeError(f"--logits must be positive numbers, got {list(self.logits)}")
         if not self.seeds:
             raise FlashprobeError("--seed needs at least one seed")
+        if any(not 0 <= seed < 2**63 for seed in self.seeds):
+            raise FlashprobeError(f"--seed must be in [0, 2**63), got {list(self.seeds)}")
         if self.seq < 2:
             raise FlashprobeError(f"--seq must be at least 2, got {self.seq}")
         if self.heads < 1:

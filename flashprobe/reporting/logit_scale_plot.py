@@ -7,18 +7,20 @@ from pathlib import Path
 from typing import Any
 
 from flashprobe.errors import FlashprobeError
-from flashprobe.reporting.atomic import write_bytes_atomic
+from flashprobe.reporting.atomic import check_output_folder, write_bytes_atomic
 from flashprobe.reporting.plots import require_matplotlib
 
 PANELS = (("o", "O"), ("dq", "dQ"))
 
 
 def check_plot_path(path: Path) -> None:
-    """Refuse, before any work, a figure path that exists or is not a .png file name."""
+    """Refuse, before any work, a figure path that exists, is not a .png file name, or whose
+    folder cannot be created or written."""
     if path.suffix.lower() != ".png":
         raise FlashprobeError(f"--plot must name a .png file, got {path}")
     if path.exists():
         raise FlashprobeError(f"{path} exists; refusing to overwrite it")
+    check_output_folder(path.parent, "--plot")
 
 
 def write_logit_scale_plot(report: Any, path: Path) -> Path:

@@ -55,6 +55,7 @@ def test_suite_variants_left_out_are_named(run_cli) -> None:
         (["--variants-from", "missing.yaml"], "--variants-from missing.yaml"),
         (["--head-dim", "24"], "--head-dim must be a power of two"),
         (["--format", "xml"], "--format must be one of"),
+        (["--seed", "99999999999999999999"], "--seed must be in"),
     ],
 )
 def test_bad_input_is_one_line(run_cli, args: list[str], message: str) -> None:
@@ -76,3 +77,5 @@ def test_plot_is_written_and_never_overwritten(run_cli, tmp_path) -> None:
     assert figure.read_bytes() == before
     result = run_cli("logit-scale", *FAST, "--plot", str(tmp_path / "errors.pdf"))
     assert result.code == 2 and "--plot must name a .png file" in result.err
+    result = run_cli("logit-scale", *FAST, "--plot", str(figure / "under-a-file.png"))
+    assert result.code == 2 and "is not a folder" in result.err and result.out == ""

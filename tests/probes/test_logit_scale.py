@@ -125,6 +125,8 @@ def test_bad_variants(text: str, message: str) -> None:
         ({"logits": (0.0,)}, "--logits must be positive"),
         ({"logits": (math.nan,)}, "--logits must be positive"),
         ({"seeds": ()}, "at least one seed"),
+        ({"seeds": (2**64,)}, "--seed must be in"),
+        ({"seeds": (-1,)}, "--seed must be in"),
         ({"seq": 1}, "--seq must be at least 2"),
         ({"heads": 0}, "--heads must be at least 1"),
         ({"head_dim": 48}, "--head-dim must be a power of two"),
