@@ -155,19 +155,29 @@ def parse_variant(text: str) -> tuple[str, KernelSpec]:
 
 def suite_variants(config: str) -> tuple[dict[str, KernelSpec], list[str]]:
     """The kernel of every variant of a suite file (a path or a bundled name), as `ablate`
-    expands it, and the variants left out: those whose layers do not all run one flashprobe
-    kernel (PyTorch attention, or different kernels per layer)."""
+    expands it (a variant whose kernel differs between grid points: one entry per point,
+    `VARIANT @ key=value`), and the variants left out: those whose layers do not all run one
+    flashprobe kernel (PyTorch attention, or different kernels per layer)."""
     from flashprobe.attribution.replay_variants import layer_groups, suite_file_variants
+    from flashprobe.suites.suite import point_label
 
     kernels: dict[str, KernelSpec] = {}
     left_out: list[str] = []
     for name, variant in suite_file_variants(config).items():
-        model = variant.model(variant.runs[0].point)
-        specs = {spec for groups in layer_groups(model).values() for _, spec in groups}
-        if None in specs or len(specs) != 1:
-            left_out.append(name)
+        per_point: dict[str, KernelSpec] = {}
+        for point in dict.fromkeys(run.point for run in variant.runs):
+            groups = layer_groups(variant.model(point)).values()
+            specs = {spec for layer in groups for _, spec in layer}
+            if None in specs or len(specs) != 1:
+                break
+            per_point[point_label(point)] = specs.pop()
         else:
-            kernels[name] = specs.pop()
+            if len(set(per_point.values())) == 1:
+                kernels[name] = next(iter(per_point.values()))
+            else:
+                kernels.update({f"{name} @ {label}": k for label, k in per_point.items()})
+            continue
+        left_out.append(name)
     return kernels, left_out
 
 

@@ -146,6 +146,21 @@ def test_variants_of_a_suite_file() -> None:
     assert kernels["fa2-score-bf16"] == parse_variant("fa2:score_precision=bf16")[1]
 
 
+def test_a_variant_whose_kernel_follows_a_grid_axis_gives_one_entry_per_point(tmp_path) -> None:
+    suite = tmp_path / "grid.yaml"
+    suite.write_text(
+        "name: grid\nbase: {train: {device: cpu}}\n"
+        "variants: {fa2: {kernel: {preset: fa2}}, pc: {kernel: {preset: paper-code}}}\n"
+        "axes: {kernel.block_n: [64, 128]}\n"
+    )
+    kernels, left_out = suite_variants(str(suite))
+    assert left_out == []
+    assert sorted(kernels) == ["fa2 @ kernel.block_n=128", "fa2 @ kernel.block_n=64",
+                               "pc @ kernel.block_n=128", "pc @ kernel.block_n=64"]  # fmt: skip
+    assert kernels["pc @ kernel.block_n=64"].block_n == 64
+    assert kernels["pc @ kernel.block_n=128"].score_precision == "bf16"
+
+
 def test_suite_variants_without_one_kernel_are_left_out() -> None:
     kernels, left_out = suite_variants("gpt2")
     assert set(left_out) == {"fp32-attention", "flash-layer2-only"}
