@@ -112,6 +112,9 @@ def head_metrics(
         "dq_rel": mech.relative_error(run.dq[:, j], gold_b.dq[:, head]),
         "dk_rel": mech.relative_error(run.dk[:, j], gold_b.dk[:, head]),
         "dv_rel": mech.relative_error(run.dv[:, j], gold_b.dv[:, head]),
+        # the exact gradients' sizes, so that errors can be pooled over heads by size
+        "dq_ref_norm": float(torch.linalg.vector_norm(gold_b.dq[:, head].double().flatten())),
+        "dk_ref_norm": float(torch.linalg.vector_norm(gold_b.dk[:, head].double().flatten())),
         "wq_rel": _ratio(wq_err, wq_ref),
         "wk_rel": _ratio(wk_err, wk_ref),
         "tie_events": _total(run.tie_events, j),

@@ -17,7 +17,9 @@ tokens of every head of the layer):
     heads_positive  how many of the layer's heads have a positive δ error mean, of `heads`
 
 per replayed variant, captured layer and step, the attention gradients' error (`gradients`:
-dQ and dK relative L2 error against the golden, the mean over the layer's heads), and, per
+dQ and dK relative L2 error against the golden over the layer's heads together, i.e. each head
+weighted by the size of its exact gradient; for replays written before the records carried
+those sizes, the mean of the heads' errors), and, per
 variant, the summary the replay computes over every step, layer and head
 (attribution.replay_summary.summarise). Digest form:
 
@@ -151,7 +153,12 @@ def compact(doc: Mapping[str, Any]) -> dict[str, Any]:
         at["rows"] += rows
         at["heads"].append((rows, mean, rec.get("delta_t")))
         at["positive"] += int(mean is not None and mean > 0)
-        at["grads"].append((rec.get("dq_rel"), rec.get("dk_rel")))
+        at["grads"].append(
+            (
+                (rec.get("dq_rel"), rec.get("dq_ref_norm")),
+                (rec.get("dk_rel"), rec.get("dk_ref_norm")),
+            )
+        )
     delta: dict[str, dict[str, list[list[Any]]]] = {}
     gradients: dict[str, dict[str, list[list[Any]]]] = {}
     for variant, layers in pooled.items():
@@ -161,7 +168,7 @@ def compact(doc: Mapping[str, Any]) -> dict[str, Any]:
             grads = gradients.setdefault(variant, {}).setdefault(str(layer), [])
             for step, at in sorted(steps.items()):
                 dq, dk = zip(*at["grads"], strict=True)
-                grads.append([step, _mean_over_heads(dq), _mean_over_heads(dk)])
+                grads.append([step, _pooled_over_heads(dq), _pooled_over_heads(dk)])
                 running += at["sum"]
                 out.append(
                     [
@@ -187,11 +194,24 @@ def compact(doc: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _mean_over_heads(values: Sequence[Any]) -> float | None:
-    """The mean of the heads' values; None when a head has none or a non-finite one."""
-    if not values or any(not isinstance(v, int | float) or not math.isfinite(v) for v in values):
+def _pooled_over_heads(heads: Sequence[tuple[Any, Any]]) -> float | None:
+    """The relative error of the heads' gradients together, from each head's (relative error,
+    exact norm): √(Σ (rel·norm)²) / √(Σ norm²); the mean of the errors when a norm is missing
+    (older replays); None when an error is missing or not finite."""
+    errors = [rel for rel, _ in heads]
+    if not errors or any(not _finite(e) for e in errors):
         return None
-    return sum(values) / len(values)
+    norms = [norm for _, norm in heads]
+    if not all(_finite(n) for n in norms):
+        return sum(errors) / len(errors)
+    total = sum(n * n for n in norms)
+    if total == 0:
+        return None
+    return math.sqrt(sum((e * n) ** 2 for e, n in zip(errors, norms, strict=True)) / total)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def pooled_t(heads: Sequence[tuple[int, Any, Any]]) -> float | None:

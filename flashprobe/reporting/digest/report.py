@@ -60,8 +60,9 @@ DELTA_LEGEND = (
     "every step, |t| well above 2, a running sum that grows one way."
 )
 GRADIENT_LEGEND = (
-    "The replayed dQ's relative L2 error against the fp64 golden on the same captures, the mean "
-    "over each layer's heads; per captured step before the divergence: the mean over the "
+    "The replayed dQ's relative L2 error against the fp64 golden on the same captures, over "
+    "each layer's heads together (older replays: the mean of the heads'); per captured step "
+    "before the divergence: the mean over the "
     "captured layers, and the layer with the largest error (layer: error). dK's is in the "
     "digest (`gradients`). `flashprobe logit-scale` shows the same error on synthetic inputs "
     "as the logits grow."

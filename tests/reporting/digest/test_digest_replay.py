@@ -70,13 +70,30 @@ def test_compact_pools_the_records_per_variant_layer_and_step(replayed_store: Pa
             for step, dq, dk in grads:
                 recs = [r for r in doc["records"] if (r["variant"], r["layer"], r["step"])
                         == (variant, int(layer), step)]  # fmt: skip
-                assert dq == pytest.approx(sum(r["dq_rel"] for r in recs) / len(recs))
-                assert dk == pytest.approx(sum(r["dk_rel"] for r in recs) / len(recs))
+                for got_rel, name in ((dq, "dq"), (dk, "dk")):
+                    err = sum((r[f"{name}_rel"] * r[f"{name}_ref_norm"]) ** 2 for r in recs)
+                    ref = sum(r[f"{name}_ref_norm"] ** 2 for r in recs)
+                    assert got_rel == pytest.approx(math.sqrt(err / ref))  # heads together
                 assert 0 < dq < 1
             series = [s for s in doc["series"]
                       if (s["variant"], s["layer"]) == (variant, int(layer))]  # fmt: skip
             per_head = [sum(v) for v in zip(*(s["delta_cumsum"] for s in series), strict=True)]
             assert [r[4] for r in rows] == pytest.approx(per_head)  # the replay's own sums
+
+
+def test_gradients_pool_the_heads_by_size_or_average_older_replays(replayed_store: Path) -> None:
+    doc = _source_doc(replayed_store)
+    old_records = [{k: v for k, v in r.items() if not k.endswith("_ref_norm")}
+                   for r in doc["records"]]  # fmt: skip
+    got = compact({**doc, "records": old_records})["gradients"]["touchy"]["0"]
+    for step, dq, _ in got:
+        recs = [r for r in doc["records"] if (r["variant"], r["layer"], r["step"])
+                == ("touchy", 0, step)]  # fmt: skip
+        assert dq == pytest.approx(sum(r["dq_rel"] for r in recs) / len(recs))
+    broken = [{**r, "dq_rel": None} if i == 0 else r for i, r in enumerate(doc["records"])]
+    first = doc["records"][0]
+    rows = compact({**doc, "records": broken})["gradients"][first["variant"]][str(first["layer"])]
+    assert next(r for r in rows if r[0] == first["step"])[1] is None
 
 
 def test_compact_refuses_what_it_cannot_read(replayed_store: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -186,11 +187,12 @@ def test_the_replay_section_shows_the_replay_json(replayed_store: Path, tmp_path
             per_layer = {}
             for layer in (0, 1):
                 now = [
-                    r["dq_rel"]
+                    r
                     for r in doc["records"]
                     if (r["variant"], r["layer"], r["step"]) == (row["variant"], layer, step)
                 ]
-                per_layer[layer] = sum(now) / len(now)
+                err = sum((r["dq_rel"] * r["dq_ref_norm"]) ** 2 for r in now)
+                per_layer[layer] = math.sqrt(err / sum(r["dq_ref_norm"] ** 2 for r in now))
             worst = max(per_layer, key=per_layer.get)
             mean, rest = row[f"dQ error @ {step}"].split(" (")
             assert float(mean) == pytest.approx(sum(per_layer.values()) / 2, rel=5e-3)
