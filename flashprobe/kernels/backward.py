@@ -7,9 +7,9 @@ program together cost the same for every program. Block sizes here only change t
 fp32 additions (docs/semantics.md, backward).
 
 ATOMIC_DQ (opt-in, launch option `dq_accumulation="atomic"`): the key-block loop also computes
-each tile's share of dQ, dS·K, and adds it with fp32 atomics into a [B, H, M, D] buffer;
-`dq_scale_round_kernel` then scales and rounds it. 5 matrix products per block pair instead of
-7, at the price of an fp32 summation order of dQ that changes from run to run.
+each tile's share of dQ, dS·K, and adds it with fp32 atomics into a [B, H, M, D] buffer; the
+launcher then scales and rounds it. 5 matrix products per block pair instead of 7, at the price
+of an fp32 summation order of dQ that changes from run to run.
 
 Rounding points (docs/semantics.md, backward): P recomputed from the saved lse in fp32;
 dV += rnd_p(P)ᵀ dO; dP = dO Vᵀ; dS = P (dP − δ) with the unrounded P; dS rounded or not before
@@ -333,13 +333,3 @@ def attn_bwd_kernel(
         dq_offs = (off_b * stride_dqb + off_h * stride_dqh + offs_m[:, None] * stride_dqm
                    + offs_d[None, :])  # fmt: skip
         tl.store(DQ + dq_offs, to_low(dq * scale, LOW, INTERPRET), mask=row_ok[:, None])
-
-
-@triton.jit
-def dq_scale_round_kernel(DQ_ACC, DQ, n_elements, scale, BLOCK: tl.constexpr,
-                          INTERPRET: tl.constexpr):  # fmt: skip
-    """dQ = to_low(dq_acc · scale) over contiguous buffers, as the ordered dQ loop stores it."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    ok = offs < n_elements
-    dq = tl.load(DQ_ACC + offs, mask=ok, other=0.0)
-    tl.store(DQ + offs, to_low(dq * scale, DQ.dtype.element_ty, INTERPRET), mask=ok)

@@ -22,7 +22,6 @@ from flashprobe.kernels.backward import (
     SUM_P_ERROR,
     attn_bwd_kernel,
     attn_bwd_preprocess_kernel,
-    dq_scale_round_kernel,
 )
 from flashprobe.kernels.common import (
     LOG2E,
@@ -55,12 +54,9 @@ _DELTA = {
 _NO_FP_FUSION = {"enable_fp_fusion": False}
 PREPROCESS_BLOCK_M = 64
 PREPROCESS_BLOCK_N = 64
-#: Elements per program of the pass that scales and rounds an atomically accumulated dQ.
-DQ_ROUND_BLOCK = 2048
 _FORWARD = Launcher(attn_fwd_kernel)
 _PREPROCESS = Launcher(attn_bwd_preprocess_kernel)
 _BACKWARD = Launcher(attn_bwd_kernel)
-_DQ_ROUND = Launcher(dq_scale_round_kernel)
 
 #: How the backward sums dQ (a launch option, not a KernelSpec switch: the rounding points are
 #: the same). "ordered": each query block's program loops over the key blocks, deterministic.
@@ -284,8 +280,8 @@ def attention_backward(
 
     key = ("bwd", q.device, q.dtype, head_dim, causal, spec, dq_accumulation)
     _launch_fitting(launch, config, key)
-    if atomic:
-        _scale_and_round(dq_sum, dq, scale)
+    if atomic:  # the ordered dQ loop's last step, to_low(dq · scale): an fp32 product, RNE cast
+        dq.copy_(dq_sum.mul_(scale))
     if group > 1:
         dk, dv = (sum_groups(t, group).to(q.dtype) for t in (dk, dv))
     return dq, dk, dv
@@ -307,15 +303,6 @@ def check_dq_accumulation(dq_accumulation: str) -> str:
         choices = ", ".join(DQ_ACCUMULATIONS)
         raise FlashprobeError(f"dq_accumulation must be one of {choices}, got {dq_accumulation!r}")
     return dq_accumulation
-
-
-def _scale_and_round(dq_sum: torch.Tensor, dq: torch.Tensor, scale: float) -> None:
-    """dq = to_low(dq_sum · scale): the ordered dQ loop's last step, over both contiguous
-    buffers."""
-    n = dq_sum.numel()
-    block = 1024 if interpreting() else DQ_ROUND_BLOCK
-    _DQ_ROUND((_cdiv(n, block), 1, 1), (dq_sum, dq), (n, scale),
-              dict(BLOCK=block, INTERPRET=interpreting()), _options(4, 1))  # fmt: skip
 
 
 # -- helpers ----------------------------------------------------------------------------------
