@@ -43,7 +43,6 @@ from flashprobe.runner.shards import parse_shard, select_shard
 from flashprobe.runner.summary import outcome_row, plan_row
 from flashprobe.runner.training import CellOutcome, SuiteEvents, run_plan, suite_session
 from flashprobe.store.result_store import ResultStore
-from flashprobe.suites.cell_config import resolve_cell_config
 from flashprobe.suites.suite import Suite
 
 if TYPE_CHECKING:
@@ -244,7 +243,7 @@ def _train_in_shards(
 
 def _on_gpu(planned: PlannedCell) -> bool:
     """The cell trains on a CUDA GPU where there is one (device cuda, or auto)."""
-    return resolve_cell_config(planned.cell.config).train.train.device != "cpu"
+    return planned.setup.train.train.device != "cpu"
 
 
 def _quiet(_line: str) -> None:
