@@ -68,7 +68,7 @@ def test_the_kernels_are_called_with_each_implementations_dq_accumulation(monkey
     from flashprobe.kernels import autograd, launch
 
     if not launch.interpreting():
-        pytest.skip("runs the kernels in the CPU interpreter")
+        pytest.skip("a CPU test of the interpreted kernels; on CUDA they are compiled (gpu tests)")
     seen = []
 
     def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
