@@ -29,6 +29,9 @@ declare -A names=(
   [quick_paper-code_seed0_delta_running_sum.png]=loss-explosion-adamw-delta-replay-paper-code-seed0.png
   [adamw-controls_loss_grad_norm.png]=loss-explosion-adamw-controls-loss.png
   [adamw-controls_max_logit.png]=loss-explosion-adamw-controls-max-logit.png
+  [adamw-attribution_loss_grad_norm.png]=loss-explosion-adamw-attribution-loss.png
+  [adamw-attribution_max_logit.png]=loss-explosion-adamw-attribution-max-logit.png
+  [adamw-attribution_tie_counts.png]=loss-explosion-adamw-attribution-tie-counts.png
 )
 for made in "$plots"/*.png; do
   name=${names[$(basename "$made")]:-}

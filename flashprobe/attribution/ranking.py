@@ -242,14 +242,20 @@ def rank(
     failed_at: Mapping[Any, int | None] | None = None,
     rule: FailureRule | None = None,
     known: Collection[Any] | None = None,
+    reference_configs: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """The ranked table: one row per variant (the references first, unranked). `failed_at`,
-    `rule` and `known` as computed by attribution.failure (default: divergence)."""
+    `rule` and `known` as computed by attribution.failure (default: divergence).
+    `reference_configs`: the config of a reference without cells (a safe variant not run yet):
+    the designs are still told apart, and a row whose reference has no runs is left unjudged
+    and unranked (after the ranked ones)."""
     mechanism = mechanism or {}
     rule = rule or FailureRule()
     result = outcomes(cells, failed_at, known)
     base_cfg = config_of(cells, roles.baseline)
-    safe_cfg = config_of(cells, roles.safe) if roles.safe else None
+    safe_cfg = None
+    if roles.safe:
+        safe_cfg = config_of(cells, roles.safe) or (reference_configs or {}).get(roles.safe)
     b_bias = _bias(mechanism, roles.baseline)
     s_bias = _bias(mechanism, roles.safe) if roles.safe else None
     rows = []
@@ -269,7 +275,7 @@ def rank(
         assert ref is not None
         diff = d_base if design == "restore" else d_safe
         label = roles.components.get(variant) or component_label(diff or {})
-        ref_out = result[ref]
+        ref_out = result.get(ref) or Outcome(ref, 0, 0, 0, ())
         dp = None
         if out.rate is not None and ref_out.rate is not None:
             dp = ref_out.rate - out.rate if design == "restore" else out.rate - ref_out.rate
@@ -293,11 +299,12 @@ def rank(
             delta_bias=bias,
             mechanism_share=share,
             score=sum(parts) / len(parts) if parts else None,
+            unjudged=ref not in result,
         )
         row["verdict"] = verdict(row, out, ref_out, rule.noun)
         rows.append(row)
     ranked = sorted(
-        (r for r in rows if r["design"] in ("restore", "add")),
+        (r for r in rows if r["design"] in ("restore", "add") and not r["unjudged"]),
         key=lambda r: (
             -(r["score"] if r["score"] is not None else -math.inf),
             -(r["mechanism_share"] if r["mechanism_share"] is not None else -math.inf),
@@ -307,7 +314,10 @@ def rank(
     for i, r in enumerate(ranked, start=1):
         r["rank"] = i
     refs = [r for r in rows if r["design"] in ("baseline", "safe")]
-    return refs + ranked
+    unjudged = [r for r in rows if r.get("unjudged")]
+    for r in unjudged:
+        r["rank"] = None
+    return refs + ranked + unjudged
 
 
 def verdict(row: Mapping[str, Any], out: Outcome, ref: Outcome, noun: str = "divergence") -> str:
@@ -324,7 +334,9 @@ def verdict(row: Mapping[str, Any], out: Outcome, ref: Outcome, noun: str = "div
             mech_part = f"; raises the baseline's δ bias by {-100 * share:.0f}%"
     p = row.get("fisher_p")
     sig = p is not None and p < SIGNIFICANT
-    if not out.seeds or not ref.seeds:
+    if not ref.seeds:
+        train = f"not judged: {ref.variant} has no run with an outcome"
+    elif not out.seeds:
         train = "training outcome missing"
     elif row["design"] == "restore":
         if ref.failed == 0:

@@ -28,6 +28,7 @@ from flashprobe.probes.bias_result import T_SIGNIFICANT
 from flashprobe.reporting.render import WIDTH, fill, fit_table, render_csv, render_json
 from flashprobe.store import reader as sr
 from flashprobe.suites.cell_config import horizon
+from flashprobe.suites.declared import declared_config
 
 FORMATS = ("table", "markdown", "csv", "json")
 TABLES = ("summary", "ranking", "pooled", "metrics", "hotspots")
@@ -105,19 +106,30 @@ def build_suite_report(
     # Roles: the command line, then the suite as ablate ran it (suite.json), then the replay's.
     declared = sr.suite_roles(sr.suite_dir(cells[0])) or {}
     variants = {c.variant for c in cells}
+    # The add design's reference declared but not run yet: its config from suite.json, so the
+    # add rows are still told from the restores (and left unjudged).
+    unrun = {}
+    want_safe = safe or declared.get("safe")
+    if want_safe and want_safe not in variants:
+        definition = sr.read_suite_definition(sr.suite_dir(cells[0])) or {}
+        derived = declared_config(definition, want_safe)
+        unrun = {} if derived is None else {want_safe: derived}
     declared = {k: v for k, v in declared.items() if k == "components" or v in variants}
     roles = resolve_roles(
         cells,
         baseline or declared.get("baseline") or saved.get("baseline"),
-        safe or declared.get("safe") or saved.get("safe"),
+        None if unrun else safe or declared.get("safe") or saved.get("safe"),
         declared.get("components") or saved.get("components") or {},
     )
+    if unrun:
+        note = f"the add design's reference {want_safe} has no run yet: add rows unjudged"
+        roles = Roles(roles.baseline, want_safe, roles.components, (*roles.notes, note))
     docs = [d for d in (sr.read_replay(c) for c in cells) if d is not None]
     mechanism = summarise(docs)
     missing = _missing(cells, docs, name)
     failed_at = failure_steps(cells, rule, sources=every_run)
     known = counted(cells, failed_at, rule)
-    ranking = rank(cells, roles, mechanism, failed_at, rule, known)
+    ranking = rank(cells, roles, mechanism, failed_at, rule, known, unrun)
     pooled = pooled_splits(cells, outcomes(cells, failed_at, known))
     metrics = [{"variant": v, **m} for v, m in mechanism.items()]
     spots = [h for h in hot_spots(docs) if h["variant"] == roles.baseline]

@@ -263,15 +263,15 @@ def test_the_bundled_attribution_variants_replay_on_quick_shaped_captures(tmp_pa
     store.finish(path, {"diverged": True, "diverged_step": 1400, "steps_done": 1400})
 
     attribution = suite_file_variants("adamw-attribution.yaml")
-    assert len(attribution) == 18
+    assert len(attribution) == 19
     ((_, outcome),) = replay_suites(
         tmp_path, "quick", variants_from="adamw-attribution", baseline="paper-code",
         backend="emulator",
     )  # fmt: skip
     assert [c["status"] for c in outcome.cells] == ["replayed"]
     doc = json.loads((tmp_path / "quick" / "replay.json").read_text())
-    assert doc["variants"] == sorted(attribution) and len(doc["untrained_variants"]) == 17
+    assert doc["variants"] == sorted(attribution) and len(doc["untrained_variants"]) == 18
     assert "paper-code" not in doc["untrained_variants"]
     (source,) = sr.read_cells(tmp_path, "quick")
     records = sr.read_replay(source)["records"]  # type: ignore[index]
-    assert len(records) == 18 * 2 * 12  # variants × layers × heads (one step)
+    assert len(records) == 19 * 2 * 12  # variants × layers × heads (one step)

@@ -628,3 +628,23 @@ def test_a_file_where_the_suite_folder_goes_exits_2(tmp_path, run_cli) -> None:
     one_line_error(run_cli("ablate", "-c", config, "--store", str(store)), "is not a folder")
     assert (store / "tiny").read_text() == "keep"
     one_line_error(run_cli("ablate", "-c", "/dev/null"), "not a regular file")
+
+
+def test_report_before_the_safe_variant_has_run_keeps_the_add_design(tmp_path, run_cli) -> None:
+    """replay.safe declared but not run yet (a device session runs variants in turn): the add
+    variant is still an add of one component, unjudged, not a restore of many."""
+    raw = {**TINY, "replay": {"baseline": "paper-code", "safe": "fa2"},
+           "variants": {"paper-code": {"kernel": {"preset": "paper-code"}}, "fa2": {},
+                        "fa2-score-bf16": {"kernel": {"score_precision": "bf16"}}}}  # fmt: skip
+    config, store = write(tmp_path, raw), tmp_path / "store"
+    for variant in ("paper-code", "fa2-score-bf16"):
+        ran = run_cli("ablate", "-c", config, "--store", str(store), "--variant", variant)
+        assert ran.code == 0, ran.err
+    report = run_cli("report", str(store), "--format", "json")
+    assert report.code == 0, report.err
+    (suite,) = json.loads(report.out)
+    rows = {r["variant"]: r for r in suite["ranking"]}
+    assert suite["roles"]["safe"] == "fa2" and "fa2" not in rows
+    add = rows["fa2-score-bf16"]
+    assert (add["design"], add["component"], add["rank"]) == ("add", "score_precision=bf16", None)
+    assert "not judged" in add["verdict"]

@@ -125,8 +125,16 @@ def _per_variant(
 
 
 def _variants(report: DigestSuiteReport) -> list[tuple[str, list[DigestCell]]]:
+    """(panel label, its runs) per variant. A reference borrowed from another suite replaces
+    its runs here (a branch source trained only to the branch step) with the borrowed ones."""
     out: dict[str, list[DigestCell]] = {}
+    if report.borrowed:
+        out[f"{report.reference} (suite {report.reference_suite})"] = sorted(
+            report.borrowed, key=lambda c: c.seed
+        )
     for cell in report.cells:  # sorted: the reference first, then by name, point, seed
+        if report.borrowed and cell.variant == report.reference:
+            continue
         label = cell.variant + (f" [{cell.point_label}]" if cell.point else "")
         out.setdefault(label, []).append(cell)
     return list(out.items())

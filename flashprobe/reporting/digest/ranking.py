@@ -51,6 +51,7 @@ from flashprobe.reporting.digest.outcomes import (
 )
 from flashprobe.reporting.digest.reference import reference_runs
 from flashprobe.reporting.digest.schema import DigestCell
+from flashprobe.suites.declared import declared_config
 
 #: Config keys that never make a component here (besides attribution.ranking.IGNORED_KEYS).
 NOT_COMPONENTS = ("capture", "train.steps")
@@ -145,20 +146,34 @@ def digest_ranking(
     cells, failed_at, known = _rank_inputs(
         [base_row.seeds, *(by_variant[v].seeds for v in configs if v != baseline)], configs
     )
-    roles, why = _roles(cells, configs, baseline, safe, declared)
+    unrun = _unrun_safe(declared, safe, configs)  # the add design's reference, not run yet
+    if unrun:
+        configs.update(unrun)
+        notes.append(
+            f"ranking: the add design's reference {next(iter(unrun))} has no run in these "
+            "digests (its config is the suite's declaration): add rows unjudged"
+        )
+    roles, why = _roles(cells, configs, baseline, None if unrun else safe, declared)
+    if unrun:
+        roles = Roles(roles.baseline, next(iter(unrun)), roles.components, roles.notes)
     notes += why
     mechanism, sources, mech_notes = pooled_mechanism(
         [c for c in counted if c.suite in (suite, found.suite)], baseline
     )
     notes += mech_notes
-    ranked = rank(cells, roles, mechanism, failed_at, FailureRule(horizon=horizon), known)
+    ranked = rank(cells, roles, mechanism, failed_at, FailureRule(horizon=horizon), known, unrun)
     if all(r["design"] in ("baseline", "safe") for r in ranked):
         return None, []  # nothing but the references: no designs to rank
     seeds = {baseline: base_row.seeds}
-    seeds.update({v: by_variant[v].seeds for v in configs if v != baseline})
+    seeds.update({v: by_variant[v].seeds for v in configs if v != baseline and v not in unrun})
     for row in ranked:
         _add_columns(row, seeds[row["variant"]], configs, roles)
-        if row["design"] in ("restore", "add"):
+        if row.get("unjudged"):
+            row["reading"] = (
+                f"{row['variant']}: not judged: the add design's reference {row['reference']} "
+                f"has no run yet ({row['variant']} explodes in {row['failed']} of {row['seeds']})"
+            )
+        elif row["design"] in ("restore", "add"):
             ref = row["reference"]
             row["reading"] = reading(row, next(r for r in ranked if r["variant"] == ref), baseline)
     for row in ranked:
@@ -208,10 +223,27 @@ def _roles(
     replay = declared.get("replay") if isinstance(declared.get("replay"), Mapping) else {}
     components = replay.get("components") if isinstance(replay.get("components"), Mapping) else {}
     components = {str(k): str(v) for k, v in components.items()}
-    if safe is None and replay.get("safe") in configs:
-        safe = str(replay["safe"])
+    if safe is None and _declared_safe(declared) in {c.variant for c in cells}:
+        safe = _declared_safe(declared)
     roles = resolve_roles(cells, baseline, safe, components)  # the rule `flashprobe report` uses
     return roles, [f"ranking: {n}" for n in roles.notes]
+
+
+def _unrun_safe(
+    declared: Mapping[str, Any], safe: str | None, configs: Mapping[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """{safe: its config} when the safe (given, else declared) has no run but its declaration
+    resolves; else {} (a given safe without runs then fails in resolve_roles, as before)."""
+    safe = safe or _declared_safe(declared)
+    if safe is None or safe in configs:
+        return {}
+    derived = declared_config(declared, safe)
+    return {} if derived is None else {safe: _component_config(derived)}
+
+
+def _declared_safe(declared: Mapping[str, Any]) -> str | None:
+    replay = declared.get("replay") if isinstance(declared.get("replay"), Mapping) else {}
+    return str(replay["safe"]) if replay.get("safe") else None
 
 
 def pooled_mechanism(

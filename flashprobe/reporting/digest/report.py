@@ -117,6 +117,9 @@ class DigestSuiteReport:
     reference_suite: str | None = None  # where the reference row comes from (None: none)
     branch: Branch | None = None
     ranking: DigestRanking | None = None  # restore / add designs (digest.ranking)
+    #: the reference's runs borrowed from another suite, on this suite's seeds (the figures
+    #: draw them in place of a branch source trained only to its branch step)
+    borrowed: list[DigestCell] = field(default_factory=list, repr=False)
 
     @property
     def replayed(self) -> list[DigestCell]:
@@ -308,6 +311,7 @@ def _suite_report(
         reference_suite=reference_suite,
         branch=branch,
         ranking=ranking,
+        borrowed=[c for c in borrowed if c.seed in {x.seed for x in cells}],
     )
 
 

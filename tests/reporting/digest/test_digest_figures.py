@@ -71,3 +71,25 @@ def test_the_delta_running_sum_of_a_replayed_run(replayed_store: Path, tmp_path:
     names = _pngs(write_figures(report, tmp_path / "figs"))
     assert "replayed_touchy_seed0_delta_running_sum.png" in names
     assert not [n for n in names if n.startswith("replayed_paper-code_seed0_delta")]  # no replay
+
+
+def test_a_borrowed_reference_replaces_the_branch_source_panel(tmp_path: Path, make) -> None:
+    """A branched suite whose baseline ran only to the branch step: the figures draw the
+    baseline's full runs from the other suite, on this suite's seeds only."""
+    from flashprobe.reporting.digest.figures import _variants
+
+    quick = [make.cell("paper-code", s, suite="quick", planned=4000, diverged=1400 + s,
+                       loss=[[10, 2.0, 0.5], [1400, 3.0, 50.0]]) for s in (0, 1, 2)]  # fmt: skip
+    attr = [make.cell("paper-code", s, suite="attr", planned=500) for s in (0, 1)]
+    for s in (0, 1):
+        attr.append(make.cell("score-fp32", s, suite="attr", planned=3400, loss=[[600, 1.0, 0.3]]))
+        attr[-1]["meta"].update(branch_from="paper-code", branch_step=500)
+    suites = {"attr": {"branch": {"from": "paper-code", "step": 500}}}
+    paths = [make.digest(tmp_path / "q.json", quick),
+             make.digest(tmp_path / "a.json", attr, suites)]  # fmt: skip
+    (report,) = build_digest_reports(load_digests(paths), suite="attr", reference="paper-code")
+    groups = dict(_variants(report))
+    assert list(groups) == ["paper-code (suite quick)", "score-fp32"]
+    assert [(c.suite, c.seed) for c in groups["paper-code (suite quick)"]] == [
+        ("quick", 0), ("quick", 1),
+    ]  # fmt: skip

@@ -17,6 +17,9 @@ from flashprobe.reporting.digest.report import (
     render_digest_reports,
 )
 from flashprobe.spec import make_spec
+from flashprobe.suites.cell_config import resolve_cell_config
+from flashprobe.suites.declared import declared_config
+from flashprobe.suites.suite import expand_suite
 
 SEEDS = (0, 1, 2)
 BRANCHED = {"branch_from": "paper-code", "branch_step": 500}
@@ -289,3 +292,45 @@ def test_a_suite_of_references_only_has_no_ranking(tmp_path: Path, make) -> None
     rows = {r["variant"]: r for r in report.ranking.rows}
     assert rows["fa2-acc-bf16"]["design"] == "restore"  # one change from the baseline fa2
     assert rows["fa2-acc-bf16"]["reading"].startswith("fa2-acc-bf16: cannot tell: fa2 did not")
+
+
+def test_an_add_variant_before_its_safe_has_run_is_unjudged_not_a_restore(
+    tmp_path: Path, make
+) -> None:
+    """The add design's reference (replay.safe) not run yet: its config comes from the suite's
+    declaration, so fa2-score-bf16 is still an add of one component, left unjudged and
+    unranked (it used to be a restore of fa2's four differences from paper-code)."""
+    add = {"kernel": {"preset": "fa2", "score_precision": "bf16"}}
+    declared = {"name": "attr", "seeds": [0], "branch": {"from": "paper-code", "step": 500},
+                "replay": {"baseline": "paper-code", "safe": "fa2"},
+                "base": {"kernel": {"preset": "paper-code"}, "train": {"device": "cpu"}},
+                "variants": {"paper-code": {}, "fa2": {"kernel": {"preset": "fa2"}},
+                             "score-fp32": {"kernel": {"score_precision": "fp32"}},
+                             "fa2-score-bf16": add}}  # fmt: skip
+    expanded = {c.variant: resolve_cell_config(c.config).to_dict()
+                for c in expand_suite(declared).cells}  # fmt: skip
+    cells = []
+    for seed in SEEDS:
+        for variant, planned, diverged in (("paper-code", 4000, 1500 + seed),
+                                           ("score-fp32", 3400, None),
+                                           ("fa2-score-bf16", 3400, None)):  # fmt: skip
+            cell = make.cell(variant, seed, suite="attr", planned=planned, diverged=diverged)
+            cell["config"] = expanded[variant]
+            cells.append(cell)
+    path = make.digest(tmp_path / "attr.json", cells, {"attr": declared})
+    (report,) = build_digest_reports(load_digests([path]), suite="attr")
+    rows = {r["variant"]: r for r in report.ranking.rows}
+    assert report.ranking.safe == "fa2" and "fa2" not in rows
+    add = rows["fa2-score-bf16"]
+    assert (add["design"], add["component"], add["reference"], add["rank"]) == (
+        "add", "score_precision=bf16", "fa2", None,
+    )  # fmt: skip
+    assert add["fisher_p"] is None and add["delta_p"] is None
+    assert "not judged: the add design's reference fa2 has no run yet" in add["reading"]
+    assert (rows["score-fp32"]["design"], rows["score-fp32"]["rank"]) == ("restore", 1)
+    assert any("reference fa2 has no run in these digests" in n for n in report.notes)
+    text = render_digest_reports([report], "markdown")
+    assert "| -      | fa2-score-bf16" in text or "fa2-score-bf16: not judged" in text
+    # a declaration that does not resolve (an older format) leaves the old behaviour: no crash
+    assert declared_config({"variants": {"fa2": {"kernel": {"preset": "nope"}}}}, "fa2") is None
+    assert declared_config(declared, "missing") is None
