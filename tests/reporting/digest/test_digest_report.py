@@ -358,3 +358,17 @@ def test_a_branched_suite_notes_its_branch_point(tmp_path: Path, make) -> None:
     data = json.loads(render_digest_reports([report], "json"))[0]
     assert data["branch"] == {"from": "paper-code", "step": 500}
     assert data["reference_suite"] == "quick" and data["control_check"][0]["passed"] is False
+
+
+def test_the_rise_table_leaves_out_branch_sources(tmp_path: Path, make) -> None:
+    spectral = [{"step": 500, "wq": [1.0], "wk": [1.0]}, {"step": 900, "wq": [3.0], "wk": [1.0]}]
+    attr = [make.cell("paper-code", 0, suite="attr", planned=500,
+                      spectral=[{"step": 400, "wq": [1.0], "wk": [1.0]}]),
+            make.cell("score-fp32", 0, suite="attr", planned=3400, spectral=spectral)]  # fmt: skip
+    attr[1]["meta"].update(branch_from="paper-code", branch_step=500)
+    suites = {"attr": {"branch": {"from": "paper-code", "step": 500}}}
+    (report,) = build_digest_reports(
+        load_digests([make.digest(tmp_path / "a.json", attr, suites)]),
+        rule=RiseRule(reference_step=500),
+    )
+    assert {r.cell.variant for r in report.rises} == {"score-fp32"}
