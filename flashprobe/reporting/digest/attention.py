@@ -1,10 +1,14 @@
-"""Per-layer attention records of a run: max logit, tie events and P̄ = 1 counts over time.
+"""Per-layer attention records of a run: max logit, tie events, P̄ = 1 counts and the softmax
+sum's bias over time.
 
 tie events: key tiles in which a row had more than one score within the tie tolerance of the
 tile's max (the stabilized softmax's trigger, paper Fig. 13); P̄ = 1: entries of P̄ exactly 1.0
 that entered P̄V (the biased-rounding condition, paper §2). Both are summed over heads per
 recorded step (the sampled micro-batch); sdpa / math layers do not count them. The max logit
 is the largest over heads.
+
+ΣP − 1: the sum of the softmax the backward recomputes from the forward's lse, minus 1, the
+mean over sampled rows (> 0 when a bf16 running ℓ drops the small terms: `flashprobe bias`).
 
 A run's summary compares its first record with its last one before the divergence step (a run
 that did not diverge: its last, or the last at or before the horizon). The counts depend on the
@@ -14,6 +18,7 @@ itself over time, not variants of different tiles with each other.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +88,9 @@ class AttentionSummary:
     #: (threshold, the first recorded step up to end_step whose max logit over layers reaches
     #: it, or None)
     crossings: tuple[tuple[float, int | None], ...] = ()
+    #: ΣP − 1 of the backward's softmax (softmax_sum_bias), the mean over layers, its median
+    #: over the records up to end_step (None: not recorded, e.g. PyTorch attention)
+    sum_bias: float | None = None
 
     @staticmethod
     def change(pair: tuple[Count | None, Count | None]) -> str | None:
@@ -111,6 +119,7 @@ class AttentionSummary:
             "p_bar_ones_first": count(self.p_bar_ones[0]),
             "p_bar_ones_end": count(self.p_bar_ones[1]),
             "logit_crossings": [{"threshold": t, "step": step} for t, step in self.crossings],
+            "softmax_sum_bias_median": self.sum_bias,
         }  # fmt: skip
 
 
@@ -134,7 +143,22 @@ def summarise(cell: DigestCell, horizon: int | None = None) -> AttentionSummary 
         p_bar_ones=(_count(first, "p_bar_ones"), _count(end, "p_bar_ones")),
         crossings=tuple((t, _first_reaching(max_series(before, "max_logit"), t))
                         for t in LOGIT_THRESHOLDS),
+        sum_bias=_median([v for _, v in mean_series(before, "softmax_sum_bias")]),
     )  # fmt: skip
+
+
+def mean_series(records: Sequence[AttentionRecord], name: str) -> list[tuple[int, float]]:
+    """[(step, mean over layers)]."""
+    out = []
+    for record in records:
+        values = [v for v in getattr(record, name).values() if v is not None]
+        if values:
+            out.append((record.step, sum(values) / len(values)))
+    return out
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
 
 
 def _first_reaching(series: Sequence[tuple[int, float]], threshold: float) -> int | None:

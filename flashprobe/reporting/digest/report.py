@@ -89,14 +89,16 @@ LAYER_COLS = ["layer", "W_Q from", "W_Q until", "W_Q ×", "W_Q rise", "W_K from"
               "W_K ×", "W_K rise"]  # fmt: skip
 ATTENTION_COLS = ["variant", "seed", "steps", "peak max logit (layer @ step)",
                   "max logit first ≥ 1e3 / 4e3 / 1e4", "tie events (layer with most)",
-                  "P̄=1 entries (layer with most)"]  # fmt: skip
+                  "P̄=1 entries (layer with most)", "ΣP − 1 (median)"]  # fmt: skip
 ATTENTION_LEGEND = (
     "Counts at the first record → the last record before the divergence step (or the last "
     "one); they depend on the tile size (a tie counts per key tile) and the sampled batch: "
     "compare a variant with itself over time. Max logit first ≥: the first recorded step "
     "before the divergence at which the largest logit over layers reached 1e3, 4e3 and 1e4 "
     "(-: never), the scales at which `flashprobe logit-scale` finds bf16 scores' gradients "
-    "wrong by half their size and by more than their size."
+    "wrong by half their size and by more than their size. ΣP − 1: the bias of the softmax "
+    "sum the backward recomputes from the forward's lse (mean over layers; median over the "
+    "records until that last one); > 0 when a bf16 running row sum drops the small terms."
 )
 
 
@@ -810,6 +812,7 @@ def _attention_rows(r: DigestSuiteReport) -> list[list[Any]]:
                 " / ".join("-" if step is None else str(step) for _, step in a.crossings),
                 att.AttentionSummary.change(a.ties),
                 att.AttentionSummary.change(a.p_bar_ones),
+                None if a.sum_bias is None else f"{a.sum_bias:+.2g}",
             ]
         )
     return rows

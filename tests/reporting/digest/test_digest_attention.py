@@ -61,3 +61,18 @@ def test_uncounted_and_absent(tmp_path: Path, make) -> None:
     assert summary.to_dict()["peak_logit"] == {"value": 3.0, "layer": 0, "step": 9}
     assert summary.to_dict()["logit_crossings"][0] == {"threshold": 1e3, "step": None}
     assert att.summarise(_cell(tmp_path, make, [])) is None
+
+
+def test_the_softmax_sum_bias_is_the_median_of_layer_means_before_the_divergence(
+    tmp_path: Path, make
+) -> None:
+    biases = ({"0": 1e-4, "1": 3e-4}, {"0": 3e-4, "1": None}, {"0": 1.0, "1": 1.0})
+    records = [dict(r, softmax_sum_bias=b) for r, b in zip(RECORDS, biases, strict=True)]
+    summary = att.summarise(_cell(tmp_path, make, records, diverged=25))
+    means = att.mean_series(summary.cell.attention, "softmax_sum_bias")
+    assert [step for step, _ in means] == [9, 19, 29]
+    assert [round(v, 12) for _, v in means] == [2e-4, 3e-4, 1.0]  # None left out
+    # steps 9 and 19: the 1.0 at step 29 is after the divergence
+    assert round(summary.sum_bias, 12) == 2.5e-4
+    assert summary.to_dict()["softmax_sum_bias_median"] == summary.sum_bias
+    assert att.summarise(_cell(tmp_path, make, RECORDS)).sum_bias is None  # not recorded
