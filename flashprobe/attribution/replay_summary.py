@@ -11,6 +11,9 @@ MEAN_METRICS = (
     "dq_rel", "dk_rel", "dv_rel", "wq_rel", "wk_rel", "o_abs", "key_shift_leak",
     "key_shift_drift", "softmax_sum_bias",
 )  # fmt: skip
+#: Relative errors pooled over heads by each head's exact norm where the records carry it
+#: (`<name>_ref_norm`), so a head whose exact gradient is tiny cannot dominate the summary.
+POOLED_METRICS = ("dq_rel", "dk_rel")
 
 
 def summarise(docs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -20,6 +23,9 @@ def summarise(docs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
                  survives summation (a bias), per token; the quantity a ranking removes
     o_bias       the same for the mean O error (O error summed over tokens and D, / D)
     delta_t_max  the (layer, head, step) δ t-statistic largest in magnitude, with its sign
+    dq_rel, dk_rel   the relative error of every record's gradient together (pooled by the
+                 exact norms, pooled_relative_error); the mean over records for older
+                 replays without the norms
     *_rel, o_abs, key_shift_*, softmax_sum_bias   means over records
     *_coherence, *_similarity, growth_exponent   means over (source, layer, head) series
     counts       per replayed row
@@ -36,6 +42,9 @@ def summarise(docs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
             a["n"] += 1
             for name in MEAN_METRICS:
                 a[name].append(rec.get(name))
+            for name in POOLED_METRICS:
+                norm = rec.get(f"{name.removesuffix('_rel')}_ref_norm")
+                a["pooled"].setdefault(name, []).append((rec.get(name), norm))
             for name in ("tie_events", "p_bar_ones"):
                 if rec.get(name) is not None:
                     a[name] += rec[name]
@@ -72,6 +81,10 @@ def summarise(docs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
         }
         for name in MEAN_METRICS:
             row[name] = _mean(a[name])
+        for name, pairs in a["pooled"].items():
+            finite = [(e, n) for e, n in pairs if _finite(e)]
+            if finite and all(_finite(n) for _, n in finite):
+                row[name] = pooled_relative_error(finite)
         for name, values in a["series"].items():
             row[name] = _mean(values)
         out[variant] = row
@@ -126,8 +139,28 @@ def _empty() -> dict[str, Any]:
         "delta_cum": {}, "o_cum": {}, "rows": 0, "n": 0, "delta_t_max": None, "matches": [],
         **{name: [] for name in MEAN_METRICS},
         "tie_events": 0.0, "tie_events_rows": 0, "p_bar_ones": 0.0, "p_bar_ones_rows": 0,
-        "series": {}, "max_steps": 0,
+        "series": {}, "max_steps": 0, "pooled": {},
     }  # fmt: skip
+
+
+def pooled_relative_error(parts: Sequence[tuple[Any, Any]]) -> float | None:
+    """The relative error of several tensors together, from each one's (relative error, exact
+    norm): √(Σ (rel·norm)²) / √(Σ norm²); the mean of the errors when a norm is missing;
+    None when an error is missing or not finite, or every norm is 0."""
+    errors = [rel for rel, _ in parts]
+    if not errors or any(not _finite(e) for e in errors):
+        return None
+    norms = [norm for _, norm in parts]
+    if not all(_finite(n) for n in norms):
+        return sum(errors) / len(errors)
+    total = sum(n * n for n in norms)
+    if total == 0:
+        return None
+    return math.sqrt(sum((e * n) ** 2 for e, n in zip(errors, norms, strict=True)) / total)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _per(a: Mapping[str, Any], name: str) -> float | None:

@@ -40,7 +40,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from flashprobe.attribution.replay_summary import summarise
+from flashprobe.attribution.replay_summary import pooled_relative_error, summarise
 
 DELTA_FIELDS = ("step", "mean", "t", "sum", "running_sum", "heads_positive", "heads")
 GRADIENT_FIELDS = ("step", "dq_rel", "dk_rel")
@@ -168,7 +168,7 @@ def compact(doc: Mapping[str, Any]) -> dict[str, Any]:
             grads = gradients.setdefault(variant, {}).setdefault(str(layer), [])
             for step, at in sorted(steps.items()):
                 dq, dk = zip(*at["grads"], strict=True)
-                grads.append([step, _pooled_over_heads(dq), _pooled_over_heads(dk)])
+                grads.append([step, pooled_relative_error(dq), pooled_relative_error(dk)])
                 running += at["sum"]
                 out.append(
                     [
@@ -192,26 +192,6 @@ def compact(doc: Mapping[str, Any]) -> dict[str, Any]:
         "gradients": gradients,
         "summary": summarise([doc]),
     }
-
-
-def _pooled_over_heads(heads: Sequence[tuple[Any, Any]]) -> float | None:
-    """The relative error of the heads' gradients together, from each head's (relative error,
-    exact norm): √(Σ (rel·norm)²) / √(Σ norm²); the mean of the errors when a norm is missing
-    (older replays); None when an error is missing or not finite."""
-    errors = [rel for rel, _ in heads]
-    if not errors or any(not _finite(e) for e in errors):
-        return None
-    norms = [norm for _, norm in heads]
-    if not all(_finite(n) for n in norms):
-        return sum(errors) / len(errors)
-    total = sum(n * n for n in norms)
-    if total == 0:
-        return None
-    return math.sqrt(sum((e * n) ** 2 for e, n in zip(errors, norms, strict=True)) / total)
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def pooled_t(heads: Sequence[tuple[int, Any, Any]]) -> float | None:
