@@ -24,8 +24,9 @@ def bench_tables(timings: Sequence[Timing], impls: Sequence[Implementation]) -> 
 
     Ratios: the first preset (the base) against each peer (SDPA flash and cuDNN, FlashAttention-2
     and -3), and so is the base preset with atomic dQ when both are timed (`--dq both`); every
-    other preset and the instrumented run against the base. A peer that is not installed gets
-    no columns, only its line below the tables.
+    other preset and the instrumented run against the base (another preset's atomic-dQ run
+    against the base's atomic-dQ run). A peer that is not installed gets no columns, only its
+    line below the tables.
     """
     names = [i.name for i in impls if not _not_installed(i.name, timings)]
     ours = [i.name for i in impls if i.spec is not None]
@@ -36,8 +37,20 @@ def bench_tables(timings: Sequence[Timing], impls: Sequence[Implementation]) -> 
     against_peers = [
         i.name for i in impls if i.spec is not None and i.spec == base_spec and not i.instrument
     ]
-    ratio_cols = [(o, p) for o in against_peers for p in peers] + [(o, base) for o in ours[1:]]
-    ratios = {p: ratio_table(timings, p) for p in {*peers, *([base] if base else [])}}
+    # every other preset against the base summing dQ the same way (`--dq both`: sfa/fa2 and
+    # sfa+atomic-dq/fa2+atomic-dq), the base's atomic run and the instrumented one against it
+    dq_base = {
+        i.dq_accumulation: i.name
+        for i in reversed(impls)
+        if i.spec is not None and i.spec == base_spec and not i.instrument
+    }
+    by_name = {i.name: i for i in impls}
+    ratio_cols = [(o, p) for o in against_peers for p in peers] + [
+        (o, base if o in against_peers else dq_base.get(by_name[o].dq_accumulation, base))
+        for o in ours[1:]
+    ]
+    references = {*peers, *(b for _, b in ratio_cols if b is not None)}
+    ratios = {p: ratio_table(timings, p) for p in references}
 
     blocks = []
     for mode in dict.fromkeys(t.mode for t in timings):

@@ -77,3 +77,22 @@ def test_the_base_preset_with_atomic_dq_is_compared_to_the_peers_and_to_the_base
         "fa2+atomic-dq/fa2",
     ]  # fmt: skip
     assert row[-5:] == ["1.20×", "0.75×", "1.44×", "0.90×", "1.20×"]
+
+
+def test_another_preset_with_atomic_dq_is_compared_to_the_base_with_atomic_dq() -> None:
+    shape = bench.BenchShape(32, 16, 1024, 64, True)
+    impls = bench.implementations(["fa2", "sfa"], instrumented=False, peers=False, dq="both")
+    timings = [
+        bench.Timing(shape, "fa2", "bwd", 1.0, 300.0),
+        bench.Timing(shape, "fa2+atomic-dq", "bwd", 1.0, 400.0),
+        bench.Timing(shape, "sfa", "bwd", 1.0, 270.0),
+        bench.Timing(shape, "sfa+atomic-dq", "bwd", 1.0, 380.0),
+    ]
+    table = bench_tables(timings, impls).split("\n\n")[0]
+    header, row = table.splitlines()[1].split(), table.splitlines()[3].split()
+    columns = dict(zip(header[-3:], row[-3:], strict=True))
+    assert columns == {
+        "fa2+atomic-dq/fa2": "1.33×",
+        "sfa/fa2": "0.90×",
+        "sfa+atomic-dq/fa2+atomic-dq": "0.95×",
+    }
