@@ -7,10 +7,13 @@ plans the same cells); report and replay read the roles from it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import contextlib
+import os
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from flashprobe import json_io
 from flashprobe.errors import FlashprobeError
 from flashprobe.store.result_store import SUITE_FILE, ResultStore, write_json
 from flashprobe.suites.suite import Suite, apply_overrides, set_dotted
@@ -37,12 +40,61 @@ def suite_definition(suite: Suite, overrides: Iterable[str] = ()) -> dict[str, A
 
 
 def write_suite_definition(store: ResultStore, suite: Suite, overrides: Iterable[str] = ()) -> Path:
-    """STORE/<suite>/suite.json (atomic): the suite as this run expanded it."""
+    """STORE/<suite>/suite.json (atomic): the suite as this run expanded it. A run of the same
+    suite that differs only in its seeds (one seed per process, `--set 'seeds=[K]'`, as
+    scripts/device/spread.sh runs cells) adds its seeds to the ones already written, so the
+    file names every seed the store trained; the read and the write hold a lock."""
     store.check_writable()
     path = store.root / suite.name / SUITE_FILE
     store.check_inside(path)
     if path.parent.exists() and not path.parent.is_dir():
         raise FlashprobeError(f"{path.parent} is not a folder (suite {suite.name} goes there)")
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(path, suite_definition(suite, overrides))
+    definition = suite_definition(suite, overrides)
+    with _locked(path.parent):
+        definition["seeds"] = _merged_seeds(_previous(path), definition)
+        write_json(path, definition)
     return path
+
+
+def _merged_seeds(previous: Any, definition: Mapping[str, Any]) -> Any:
+    """The definition's seeds, plus the previous file's when nothing else differs."""
+    seeds = definition.get("seeds", [0])
+    if not isinstance(previous, Mapping):
+        return seeds
+    rest = {k: v for k, v in definition.items() if k != "seeds"}
+    before = {k: v for k, v in previous.items() if k != "seeds"}
+    old = previous.get("seeds", [0])
+    if rest != before or not _int_list(old) or not _int_list(seeds):
+        return seeds
+    return sorted({*old, *seeds})
+
+
+def _int_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool)
+                                           for x in value)  # fmt: skip
+
+
+def _previous(path: Path) -> Any:
+    """The suite.json already there, or None (absent or unreadable: it is then replaced)."""
+    try:
+        return json_io.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """An exclusive lock on the suite's folder while the block runs (flock on the folder
+    itself: no lock file is left behind); none where fcntl is missing."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no concurrent shard processes to guard against
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock

@@ -9,10 +9,9 @@
 # --no-replay --store $STORE` (STORE default /tmp/adamw; one store, one digest) with
 # CUDA_VISIBLE_DEVICES its GPU. A branched suite's cells need their source finished in the
 # store first: spread the sources in a call of their own before the cells that branch from them
-# (two processes must not train the same source at once). Every process rewrites the store's
-# suite.json with its own `seeds=[SEED]`, so afterwards it names the last cell's seed only: the
-# cells, digests, reports and replays read each cell's own config and are not affected, but
-# `ablate -c STORE/<suite>/suite.json` would plan that one seed.
+# (two processes must not train the same source at once). Each process adds its seed to the
+# store's suite.json (`flashprobe ablate` merges the seeds of runs that differ in nothing else),
+# so it names every seed trained.
 set -u
 SUITE=${1:?usage: spread.sh SUITE "VARIANT:SEED ..." [ablate options]}
 CELLS=${2:?usage: spread.sh SUITE "VARIANT:SEED ..." [ablate options]}

@@ -34,3 +34,18 @@ def test_suite_definition_folds_run_overrides_and_plans_the_same_cells(
     nameless = expand_suite({k: v for k, v in raw.items() if k != "name"}, default_name="stem")
     assert suite_definition(nameless)["name"] == "stem"
     all_json_parses(tmp_path)
+
+
+def test_one_seed_per_process_adds_up_and_another_change_replaces(tmp_path, make_suite) -> None:
+    """spread.sh runs each cell as `--set 'seeds=[K]'`: suite.json names every seed run."""
+    store, raw = ResultStore(tmp_path), make_suite()
+    for seed in (2, 0, 2):
+        suite = expand_suite(raw, [f"seeds=[{seed}]"], validate=normalise_cell_config)
+        path = write_suite_definition(store, suite, [f"seeds=[{seed}]"])
+    assert json.loads(path.read_text())["seeds"] == [0, 2]
+    changed = expand_suite(raw, ["seeds=[1]", "train.steps=8"], validate=normalise_cell_config)
+    write_suite_definition(store, changed, ["seeds=[1]", "train.steps=8"])
+    assert json.loads(path.read_text())["seeds"] == [1]  # not the same suite: replaced
+    path.write_text("{broken")
+    write_suite_definition(store, changed, ["seeds=[1]", "train.steps=8"])
+    assert json.loads(path.read_text())["seeds"] == [1]  # an unreadable file is replaced
