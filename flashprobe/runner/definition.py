@@ -94,7 +94,10 @@ def _locked(folder: Path) -> Iterator[None]:
         return
     fd = os.open(folder, os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # a file system without flock on folders: write unlocked, as before
+            pass
         yield
     finally:
         os.close(fd)  # closing releases the lock
