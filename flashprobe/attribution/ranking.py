@@ -247,8 +247,9 @@ def rank(
     """The ranked table: one row per variant (the references first, unranked). `failed_at`,
     `rule` and `known` as computed by attribution.failure (default: divergence).
     `reference_configs`: the config of a reference without cells (a safe variant not run yet):
-    the designs are still told apart, and a row whose reference has no runs is left unjudged
-    and unranked (after the ranked ones)."""
+    the designs are still told apart. A row whose reference has no outcome is `unjudged` on
+    training; a row with nothing to rank by (no Δp, no mechanism share) is left unranked,
+    after the ranked ones."""
     mechanism = mechanism or {}
     rule = rule or FailureRule()
     result = outcomes(cells, failed_at, known)
@@ -299,12 +300,12 @@ def rank(
             delta_bias=bias,
             mechanism_share=share,
             score=sum(parts) / len(parts) if parts else None,
-            unjudged=ref not in result,
+            unjudged=not ref_out.seeds,  # no training comparison: the reference has no outcome
         )
         row["verdict"] = verdict(row, out, ref_out, rule.noun)
         rows.append(row)
     ranked = sorted(
-        (r for r in rows if r["design"] in ("restore", "add") and not r["unjudged"]),
+        (r for r in rows if r["design"] in ("restore", "add") and r["score"] is not None),
         key=lambda r: (
             -(r["score"] if r["score"] is not None else -math.inf),
             -(r["mechanism_share"] if r["mechanism_share"] is not None else -math.inf),
@@ -314,10 +315,10 @@ def rank(
     for i, r in enumerate(ranked, start=1):
         r["rank"] = i
     refs = [r for r in rows if r["design"] in ("baseline", "safe")]
-    unjudged = [r for r in rows if r.get("unjudged")]
-    for r in unjudged:
+    unranked = [r for r in rows if r["design"] in ("restore", "add") and r["score"] is None]
+    for r in unranked:  # nothing to rank by: no training comparison and no mechanism share
         r["rank"] = None
-    return refs + ranked + unjudged
+    return refs + ranked + unranked
 
 
 def verdict(row: Mapping[str, Any], out: Outcome, ref: Outcome, noun: str = "divergence") -> str:

@@ -51,21 +51,32 @@ def test_one_seed_per_process_adds_up_and_another_change_replaces(tmp_path, make
     assert json.loads(path.read_text())["seeds"] == [1]  # an unreadable file is replaced
 
 
-def _write_one_seed(root: str, raw: dict, seed: int) -> None:
-    overrides = [f"seeds=[{seed}]"]
-    suite = expand_suite(raw, overrides, validate=normalise_cell_config)
-    write_suite_definition(ResultStore(root), suite, overrides)
-
-
-def test_processes_writing_at_once_lose_no_seed(tmp_path, make_suite) -> None:
+def test_writers_at_once_lose_no_seed(tmp_path, make_suite, monkeypatch) -> None:
     """spread.sh on several GPUs starts its processes together: the read and the write of
-    suite.json are one locked step, so every seed ends up in it."""
-    import multiprocessing
+    suite.json are one locked step (flock on the suite folder, one open file each, as separate
+    processes hold it), so every seed ends up in it. The read is slowed to force the race."""
+    import threading
+    import time
 
+    from flashprobe.runner import definition
+
+    read = definition._previous
+
+    def slow_read(path):
+        found = read(path)
+        time.sleep(0.05)
+        return found
+
+    monkeypatch.setattr(definition, "_previous", slow_read)
     raw, seeds = make_suite(), list(range(6))
-    write_suite_definition(ResultStore(tmp_path), expand_suite(raw, ["seeds=[9]"]), ["seeds=[9]"])
-    context = multiprocessing.get_context("spawn")
-    with context.Pool(3) as pool:
-        pool.starmap(_write_one_seed, [(str(tmp_path), raw, s) for s in seeds])
-    stored = json.loads((tmp_path / "tiny" / "suite.json").read_text())
-    assert stored["seeds"] == [*seeds, 9]
+    suites = {s: expand_suite(raw, [f"seeds=[{s}]"]) for s in seeds}
+    threads = [
+        threading.Thread(target=write_suite_definition,
+                         args=(ResultStore(tmp_path), suites[s], [f"seeds=[{s}]"]))
+        for s in seeds
+    ]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert json.loads((tmp_path / "tiny" / "suite.json").read_text())["seeds"] == seeds

@@ -150,12 +150,14 @@ def digest_ranking(
     if unrun:
         configs.update(unrun)
         notes.append(
-            f"ranking: the add design's reference {next(iter(unrun))} has no run in these "
-            "digests (its config is the suite's declaration): add rows unjudged"
+            f"ranking: the add design's reference {next(iter(unrun))} has no run in this "
+            "suite (its config is the suite's declaration): add rows unjudged"
         )
     roles, why = _roles(cells, configs, baseline, None if unrun else safe, declared)
-    if unrun:
-        roles = Roles(roles.baseline, next(iter(unrun)), roles.components, roles.notes)
+    if unrun:  # the declared safe, not the one resolve_roles would have inferred
+        notes_kept = tuple(n for n in roles.notes if not n.startswith("safe:"))
+        roles = Roles(roles.baseline, next(iter(unrun)), roles.components, notes_kept)
+        why = [f"ranking: {n}" for n in notes_kept]
     notes += why
     mechanism, sources, mech_notes = pooled_mechanism(
         [c for c in counted if c.suite in (suite, found.suite)], baseline
@@ -170,8 +172,9 @@ def digest_ranking(
         _add_columns(row, seeds[row["variant"]], configs, roles)
         if row.get("unjudged"):
             row["reading"] = (
-                f"{row['variant']}: not judged: the add design's reference {row['reference']} "
-                f"has no run yet ({row['variant']} explodes in {row['failed']} of {row['seeds']})"
+                f"{row['variant']}: not judged: its reference {row['reference']} has no run "
+                f"with an outcome in this suite yet ({row['variant']} explodes in "
+                f"{row['failed']} of {row['seeds']})"
             )
         elif row["design"] in ("restore", "add"):
             ref = row["reference"]

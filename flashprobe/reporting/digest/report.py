@@ -76,9 +76,9 @@ REPLAY_SUMMARY_LEGEND = (
     "largest δ t: the (step, layer, head) t largest in magnitude; δ coherence: |Σ_steps| / "
     "Σ_steps |·| of the δ error sums (1: one sign throughout); growth exponent: of the summed δ "
     "error over sequence prefixes (≈ 1 bias, ≈ 0.5 noise); dQ rel. error: every replayed dQ "
-    "together, each head weighted by its exact norm (replays before that: the mean over "
-    "heads); matches capture: the replay of the run's own variant reproduces its captured O "
-    "bit for bit."
+    "together, each head weighted by its exact norm, as for dK in the JSON (replays without "
+    "the norms: the mean over records); matches capture: the replay of the run's own variant "
+    "reproduces its captured O bit for bit."
 )
 RISE_COLS = ["variant", "seed", "matrix", "from step", "first to rise", "diverged at",
              "lead (steps)", "order", "largest growth"]  # fmt: skip

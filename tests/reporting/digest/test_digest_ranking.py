@@ -305,6 +305,7 @@ def test_an_add_variant_before_its_safe_has_run_is_unjudged_not_a_restore(
                 "replay": {"baseline": "paper-code", "safe": "fa2"},
                 "base": {"kernel": {"preset": "paper-code"}, "train": {"device": "cpu"}},
                 "variants": {"paper-code": {}, "fa2": {"kernel": {"preset": "fa2"}},
+                             "fp32": {"kernel": {"preset": "fp32"}},
                              "score-fp32": {"kernel": {"score_precision": "fp32"}},
                              "fa2-score-bf16": add}}  # fmt: skip
     expanded = {c.variant: resolve_cell_config(c.config).to_dict()
@@ -312,7 +313,7 @@ def test_an_add_variant_before_its_safe_has_run_is_unjudged_not_a_restore(
     cells = []
     for seed in SEEDS:
         for variant, planned, diverged in (("paper-code", 4000, 1500 + seed),
-                                           ("score-fp32", 3400, None),
+                                           ("score-fp32", 3400, None), ("fp32", 3400, None),
                                            ("fa2-score-bf16", 3400, None)):  # fmt: skip
             cell = make.cell(variant, seed, suite="attr", planned=planned, diverged=diverged)
             cell["config"] = expanded[variant]
@@ -326,11 +327,26 @@ def test_an_add_variant_before_its_safe_has_run_is_unjudged_not_a_restore(
         "add", "score_precision=bf16", "fa2", None,
     )  # fmt: skip
     assert add["fisher_p"] is None and add["delta_p"] is None
-    assert "not judged: the add design's reference fa2 has no run yet" in add["reading"]
+    assert (
+        "not judged: its reference fa2 has no run with an outcome in this suite" in add["reading"]
+    )
+    assert not any("safe: fp32 (inferred" in n for n in report.notes)  # the declared one
     assert (rows["score-fp32"]["design"], rows["score-fp32"]["rank"]) == ("restore", 1)
-    assert any("reference fa2 has no run in these digests" in n for n in report.notes)
+    assert any("reference fa2 has no run in this suite" in n for n in report.notes)
     text = render_digest_reports([report], "markdown")
     assert "| -      | fa2-score-bf16" in text or "fa2-score-bf16: not judged" in text
     # a declaration that does not resolve (an older format) leaves the old behaviour: no crash
     assert declared_config({"variants": {"fa2": {"kernel": {"preset": "nope"}}}}, "fa2") is None
     assert declared_config(declared, "missing") is None
+    # fa2 has runs now, cut before an outcome: still unjudged, and unranked (nothing to rank by)
+    for seed in SEEDS:
+        cell = make.cell("fa2", seed, suite="attr", planned=3400, finished=False, reached=900)
+        cell["config"] = expanded["fa2"]
+        cells.append(cell)
+    path = make.digest(tmp_path / "attr2.json", cells, {"attr": declared})
+    (report,) = build_digest_reports(load_digests([path]), suite="attr")
+    rows = {r["variant"]: r for r in report.ranking.rows}
+    assert rows["fa2"]["design"] == "safe"
+    add = rows["fa2-score-bf16"]
+    assert (add["design"], add["rank"], add["unjudged"]) == ("add", None, True)
+    assert "not judged" in add["reading"] and "not judged" in add["verdict"]
