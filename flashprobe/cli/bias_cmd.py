@@ -130,6 +130,9 @@ def bias_command(
       flashprobe bias --variant fa2 --variant fa2:softmax=stabilized,beta=4 --tail-v-mean 0
 
       flashprobe bias --variant paper-code:ties=1 --format json
+
+      flashprobe bias --rows 32768 --keys 512 --ties 1 --gap 0.5:30 --max-score 1000:4000 --variant
+      paper-code --variant paper-code:l_accumulator=fp32
     """
     from flashprobe.probes.bias import run_bias
     from flashprobe.probes.bias_config import (
