@@ -28,7 +28,7 @@ for store in $STORES; do
 done
 replays=$(for store in $STORES; do [ -d "$store" ] && find "$store" -name replay.json; done)
 [ -n "$replays" ] && tar czf "$OUT/replays.tgz" $replays 2>/dev/null  # the δ replays: one file
-for f in gpu-tests.log profile.log replay.log quick-report.md; do  # the queue's own outputs
+for f in gpu-tests.log profile.log replay.log quick-report.md bench.log atomic-dq-grid.json; do
   [ -e "$STATE/$f" ] && cp "$STATE/$f" "$OUT/"
 done
 [ -e "$STATE/done" ] && echo "queue done" || echo "queue still running"

@@ -38,4 +38,7 @@ setsid bash -c '
   touch "$1/done"
 ' "$PWD" "$STATE" </dev/null >/dev/null 2>&1 &
 echo $! >"$STATE/pid"  # setsid runs in place (no job control here): the session's leader
+# DEADLINE (epoch seconds), when exported: the end of the device session's budget, which
+# spread.sh and before_deadline.sh keep their lines inside
+[ -n "${DEADLINE:-}" ] && echo "deadline: $(date -d "@$DEADLINE" +%T 2>/dev/null || echo "$DEADLINE")"
 echo "queue started: $(grep -cv '^\s*\(#\|$\)' "$QUEUE") commands"

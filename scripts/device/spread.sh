@@ -12,6 +12,12 @@
 # (two processes must not train the same source at once). Each process adds its seed to the
 # store's suite.json (`flashprobe ablate` merges the seeds of runs that differ in nothing else),
 # so it names every seed trained.
+#
+# A device session has a fixed budget: with DEADLINE set (epoch seconds), a cell starts only if
+# CELL_SECONDS (default 345: a cell of 2,900 steps that does not explode, 5.2-5.4 min on one
+# H200, and its start) still fit
+# before it; the others are skipped with a line in the log, so the session does not end on a
+# cell cut short and the queue's later lines (scripts/device/before_deadline.sh) get the time.
 set -u
 SUITE=${1:?usage: spread.sh SUITE "VARIANT:SEED ..." [ablate options]}
 CELLS=${2:?usage: spread.sh SUITE "VARIANT:SEED ..." [ablate options]}
@@ -23,7 +29,11 @@ for gpu in $(seq 0 $((GPUS - 1))); do
   (
     i=0; failed=0
     for cell in $CELLS; do
-      if [ $((i % GPUS)) -eq "$gpu" ]; then
+      if [ $((i % GPUS)) -ne "$gpu" ]; then
+        :
+      elif [ -n "${DEADLINE:-}" ] && [ $(($(date +%s) + ${CELL_SECONDS:-345})) -gt "$DEADLINE" ]; then
+        echo "spread.sh: skipped $cell: ${CELL_SECONDS:-345} s would pass the deadline"
+      else
         CUDA_VISIBLE_DEVICES=$gpu python3 -m flashprobe ablate -c "$SUITE" --variant "${cell%%:*}" \
           --set "seeds=[${cell##*:}]" "$@" --no-replay --store "${STORE:-/tmp/adamw}" || failed=1
       fi

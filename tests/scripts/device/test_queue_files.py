@@ -10,11 +10,12 @@ file shows there). The recorded calls are then checked on this machine:
   dry run validates the whole suite on any machine (unknown variants, bad --set keys, missing
   suites exit 2) and lists what only the target machine can check; the only such line allowed
   is the missing CUDA GPU.
-- `flashprobe replay` / `report`: parsed by the command's own parser (unknown options, extra
+- `flashprobe replay` / `report` / `bench`: parsed by the command's own parser (unknown options, extra
   arguments), `--variants-from` must name a suite; running them needs the trained store.
 - `python3 -m pytest`: the test paths must exist (`-n` needs pytest-xdist, which the device
   image has and the test extra does not: not checked).
 - `python3 -c CODE`: compiled, not run (the DDP queue's corpus build takes minutes).
+- `python3 scripts/...`: the script must exist.
 Any other call fails the test until a check for it is added here.
 """
 
@@ -147,12 +148,14 @@ def check_call(call: list[str], store: Path, run_cli: RunCli) -> list[str]:
     if args is not None:
         if args[:1] == ["ablate"]:
             return check_ablate(args, store, run_cli)
-        if args[:1] in (["replay"], ["report"]):
+        if args[:1] in (["replay"], ["report"], ["bench"]):
             return check_parsed(args)
         return [f"no check for flashprobe {args[:1]}: add one to {Path(__file__).name}"]
     if call[1:3] == ["-m", "pytest"]:
         missing = [a for a in call[3:] if a.startswith("tests/") and not (ROOT / a).exists()]
         return [f"no such test path {a}" for a in missing]
+    if len(call) > 1 and call[1].startswith("scripts/"):  # a repository script: it must exist
+        return [] if (ROOT / call[1]).is_file() else [f"no such script {call[1]}"]
     if call[1:2] == ["-c"]:
         try:
             compile(call[2], "<queue line>", "exec")

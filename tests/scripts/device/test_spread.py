@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from queue_harness import DEVICE, ROOT, shim
@@ -19,13 +20,15 @@ sys.exit(1 if "broken" in sys.argv else 0)
 """
 
 
-def spread(tmp_path: Path, gpus: int, cells: str, *options: str) -> tuple[int, list[list[str]]]:
+def spread(
+    tmp_path: Path, gpus: int, cells: str, *options: str, **env_extra: str
+) -> tuple[int, list[list[str]]]:
     bin_dir = tmp_path / "bin"
     shim(bin_dir, "python3", RECORD_ENV.format(python=sys.executable))
     shim(bin_dir, "nvidia-smi", "#!/bin/sh\n" + "".join(f"echo {i}\n" for i in range(gpus)))
     calls = tmp_path / "calls.jsonl"
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-           "SPREAD_CALLS": str(calls), "STORE": str(tmp_path / "store")}  # fmt: skip
+           "SPREAD_CALLS": str(calls), "STORE": str(tmp_path / "store"), **env_extra}  # fmt: skip
     result = subprocess.run(
         ["bash", str(DEVICE / "spread.sh"), "ablations/quick.yaml", cells, *options],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=30, check=False,
@@ -58,3 +61,29 @@ def test_a_failed_cell_fails_the_call_and_the_others_run(tmp_path: Path) -> None
     code, calls = spread(tmp_path, 2, "broken:0 fa2:0 fa2:1 fa2:2")
     assert code == 1
     assert sorted(cell_of(c) for c in calls) == ["broken:0", "fa2:0", "fa2:1", "fa2:2"]
+
+
+def test_cells_that_would_pass_the_deadline_are_skipped(tmp_path: Path) -> None:
+    now = int(time.time())
+    code, calls = spread(tmp_path, 1, "fa2:0 fa2:1", DEADLINE=str(now + 20), CELL_SECONDS="60")
+    assert code == 0 and calls == []
+    code, calls = spread(tmp_path, 1, "fa2:2", DEADLINE=str(now + 600), CELL_SECONDS="60")
+    assert code == 0 and [cell_of(c) for c in calls] == ["fa2:2"]
+
+
+def test_before_deadline_runs_or_skips_a_line(tmp_path: Path) -> None:
+    script, now = DEVICE / "before_deadline.sh", int(time.time())
+
+    def run(deadline: str | None, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if k != "DEADLINE"}
+        if deadline is not None:
+            env["DEADLINE"] = deadline
+        return subprocess.run(["bash", str(script), *args], env=env, capture_output=True,
+                              text=True, timeout=30, check=False)  # fmt: skip
+
+    ran = run(str(now + 600), "60", "echo", "ran")
+    assert (ran.returncode, ran.stdout) == (0, "ran\n")
+    skipped = run(str(now + 20), "60", "echo", "ran")
+    assert skipped.returncode == 0 and "skipped echo" in skipped.stdout
+    assert run(None, "60", "sh", "-c", "exit 3").returncode == 3  # no deadline: always runs
+    assert run(None, "60").returncode == 2
