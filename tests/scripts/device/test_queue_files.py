@@ -10,8 +10,9 @@ file shows there). The recorded calls are then checked on this machine:
   dry run validates the whole suite on any machine (unknown variants, bad --set keys, missing
   suites exit 2) and lists what only the target machine can check; the only such line allowed
   is the missing CUDA GPU.
-- `flashprobe replay` / `report` / `bench`: parsed by the command's own parser (unknown options, extra
-  arguments), `--variants-from` must name a suite; running them needs the trained store.
+- `flashprobe replay` / `report` / `bench`: parsed by the command's own parser (unknown
+  options, extra arguments), `--variants-from` must name a suite; running them needs the
+  trained store (bench: a GPU).
 - `python3 -m pytest`: the test paths must exist (`-n` needs pytest-xdist, which the device
   image has and the test extra does not: not checked).
 - `python3 -c CODE`: compiled, not run (the DDP queue's corpus build takes minutes).
