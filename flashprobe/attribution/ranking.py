@@ -92,19 +92,24 @@ def resolve_roles(
     baseline: str | None = None,
     safe: str | None = None,
     components: Mapping[str, str] | None = None,
+    unrun: Collection[str] = (),
 ) -> Roles:
     """The baseline and safe variants: given, or inferred (and the inference noted).
 
     Baseline: the common branch source, else a variant named baseline / fa2, else the variant
     whose kernel is the fa2 preset, else the variant that diverged most. Safe: a variant named
     safe / all-safe / fp32, else the variant whose kernel is the fp32 preset; else none (the
-    add design is then unavailable).
+    add design is then unavailable). `unrun`: declared variants without runs yet, which a
+    given safe may name (its config then comes to `rank` as a reference config).
     """
     variants = list(dict.fromkeys(c.variant for c in cells))
     for name, value in (("baseline", baseline), ("safe", safe)):
-        if value is not None and value not in variants:
+        if value is not None and value not in variants and not (name == "safe" and value in unrun):
             raise FlashprobeError(f"no {name} variant {value!r}; variants: {', '.join(variants)}")
     notes = []
+    if safe is not None and safe not in variants:
+        notes.append(f"safe: {safe} has no run in this suite yet (its config is its declaration): "
+                     "add rows unjudged")  # fmt: skip
     if baseline is None:
         sources = {c.branch_from for c in cells if c.branch_from}
         by_name = [v for v in BASELINE_NAMES if v in variants]

@@ -13,9 +13,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from flashprobe import json_io
 from flashprobe.errors import FlashprobeError
-from flashprobe.store.result_store import SUITE_FILE, ResultStore, write_json
+from flashprobe.store.result_store import SUITE_FILE, ResultStore, read_json, write_json
 from flashprobe.suites.suite import Suite, apply_overrides, set_dotted
 
 
@@ -78,8 +77,8 @@ def _int_list(value: Any) -> bool:
 def _previous(path: Path) -> Any:
     """The suite.json already there, or None (absent or unreadable: it is then replaced)."""
     try:
-        return json_io.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return read_json(path)
+    except FlashprobeError:
         return None
 
 

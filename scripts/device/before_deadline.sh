@@ -9,7 +9,7 @@ NEEDED=${1:?usage: before_deadline.sh SECONDS_NEEDED COMMAND [ARGS...]}
 shift
 [ $# -ge 1 ] || { echo "usage: before_deadline.sh SECONDS_NEEDED COMMAND [ARGS...]" >&2; exit 2; }
 if [ -n "${DEADLINE:-}" ] && [ $(($(date +%s) + NEEDED)) -gt "$DEADLINE" ]; then
-  echo "before_deadline.sh: skipped $1 ...: $NEEDED s would pass the deadline"
+  echo "before_deadline.sh: skipped ($NEEDED s would pass the deadline): $*"
   exit 0
 fi
 exec "$@"

@@ -17,11 +17,12 @@
 # CELL_SECONDS (default 345: a cell of 2,900 steps that does not explode, 5.2-5.4 min on one
 # H200, and its start) still fit
 # before it; the others are skipped with a line in the log, so the session does not end on a
-# cell cut short and the queue's later lines (scripts/device/before_deadline.sh) get the time.
+# cell cut short and the queue's later lines get the time (both through before_deadline.sh).
 set -u
 SUITE=${1:?usage: spread.sh SUITE "VARIANT:SEED ..." [ablate options]}
 CELLS=${2:?usage: spread.sh SUITE "VARIANT:SEED ..." [ablate options]}
 shift 2
+HERE=$(dirname "$0")
 GPUS=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | wc -l)
 [ "${GPUS:-0}" -ge 1 ] || GPUS=1
 echo "spread.sh: $(echo $CELLS | wc -w) cells of $SUITE over $GPUS GPUs"
@@ -29,12 +30,9 @@ for gpu in $(seq 0 $((GPUS - 1))); do
   (
     i=0; failed=0
     for cell in $CELLS; do
-      if [ $((i % GPUS)) -ne "$gpu" ]; then
-        :
-      elif [ -n "${DEADLINE:-}" ] && [ $(($(date +%s) + ${CELL_SECONDS:-345})) -gt "$DEADLINE" ]; then
-        echo "spread.sh: skipped $cell: ${CELL_SECONDS:-345} s would pass the deadline"
-      else
-        CUDA_VISIBLE_DEVICES=$gpu python3 -m flashprobe ablate -c "$SUITE" --variant "${cell%%:*}" \
+      if [ $((i % GPUS)) -eq "$gpu" ]; then
+        CUDA_VISIBLE_DEVICES=$gpu bash "$HERE/before_deadline.sh" "${CELL_SECONDS:-345}" \
+          python3 -m flashprobe ablate -c "$SUITE" --variant "${cell%%:*}" \
           --set "seeds=[${cell##*:}]" "$@" --no-replay --store "${STORE:-/tmp/adamw}" || failed=1
       fi
       i=$((i + 1))

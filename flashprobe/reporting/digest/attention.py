@@ -19,7 +19,7 @@ itself over time, not variants of different tiles with each other.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,21 +49,27 @@ def layer_series(
 
 def total_series(records: Sequence[AttentionRecord], name: str) -> list[tuple[int, float]]:
     """[(step, sum over layers)] where any layer counted it."""
-    out = []
-    for record in records:
-        values = [v for v in getattr(record, name).values() if v is not None]
-        if values:
-            out.append((record.step, float(sum(values))))
-    return out
+    return _over_layers(records, name, sum)
 
 
 def max_series(records: Sequence[AttentionRecord], name: str) -> list[tuple[int, float]]:
     """[(step, max over layers)]."""
+    return _over_layers(records, name, max)
+
+
+def mean_series(records: Sequence[AttentionRecord], name: str) -> list[tuple[int, float]]:
+    """[(step, mean over layers)]."""
+    return _over_layers(records, name, statistics.fmean)
+
+
+def _over_layers(
+    records: Sequence[AttentionRecord], name: str, reduce: Callable[[list[float]], float]
+) -> list[tuple[int, float]]:
     out = []
     for record in records:
         values = [v for v in getattr(record, name).values() if v is not None]
         if values:
-            out.append((record.step, float(max(values))))
+            out.append((record.step, float(reduce(values))))
     return out
 
 
@@ -145,16 +151,6 @@ def summarise(cell: DigestCell, horizon: int | None = None) -> AttentionSummary 
                         for t in LOGIT_THRESHOLDS),
         sum_bias=_median([v for _, v in mean_series(before, "softmax_sum_bias")]),
     )  # fmt: skip
-
-
-def mean_series(records: Sequence[AttentionRecord], name: str) -> list[tuple[int, float]]:
-    """[(step, mean over layers)]."""
-    out = []
-    for record in records:
-        values = [v for v in getattr(record, name).values() if v is not None]
-        if values:
-            out.append((record.step, sum(values) / len(values)))
-    return out
 
 
 def _median(values: Sequence[float]) -> float | None:

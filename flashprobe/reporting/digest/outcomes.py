@@ -116,6 +116,11 @@ class VariantOutcome:
 Branch = tuple[str, int]  # (the branch source variant, the branch step)
 
 
+def is_branch_stub(cell: DigestCell, branch: Branch | None) -> bool:
+    """The branch source trained only to the branch step (a suite's own copy of it)."""
+    return branch is not None and cell.variant == branch[0] and cell.steps_reached <= branch[1]
+
+
 def seed_outcome(
     cell: DigestCell, horizon: int | None = None, branch: Branch | None = None
 ) -> SeedOutcome:
@@ -126,7 +131,8 @@ def seed_outcome(
     if failed is not None:
         return SeedOutcome(cell, DIVERGED, failed)
     bound = "" if cell.reached_is_exact else "≥"
-    if branch is not None and cell.variant == branch[0] and reached <= branch[1]:
+    if is_branch_stub(cell, branch):
+        assert branch is not None
         why = f"branch source, trained to the branch step {branch[1]} only"
         return SeedOutcome(cell, NO_OUTCOME, reached, why)
     if horizon is None:

@@ -28,7 +28,7 @@ cannot reach p < 0.05, so such a difference is a lead, not a finding.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,17 +147,8 @@ def digest_ranking(
         [base_row.seeds, *(by_variant[v].seeds for v in configs if v != baseline)], configs
     )
     unrun = _unrun_safe(declared, safe, configs)  # the add design's reference, not run yet
-    if unrun:
-        configs.update(unrun)
-        notes.append(
-            f"ranking: the add design's reference {next(iter(unrun))} has no run in this "
-            "suite (its config is the suite's declaration): add rows unjudged"
-        )
-    roles, why = _roles(cells, configs, baseline, None if unrun else safe, declared)
-    if unrun:  # the declared safe, not the one resolve_roles would have inferred
-        notes_kept = tuple(n for n in roles.notes if not n.startswith("safe:"))
-        roles = Roles(roles.baseline, next(iter(unrun)), roles.components, notes_kept)
-        why = [f"ranking: {n}" for n in notes_kept]
+    configs.update(unrun)
+    roles, why = _roles(cells, baseline, next(iter(unrun), safe), declared, unrun)
     notes += why
     mechanism, sources, mech_notes = pooled_mechanism(
         [c for c in counted if c.suite in (suite, found.suite)], baseline
@@ -218,17 +209,17 @@ def _rank_inputs(
 
 def _roles(
     cells: Sequence[RankCell],
-    configs: Mapping[str, Mapping[str, Any]],
     baseline: str,
     safe: str | None,
     declared: Mapping[str, Any],
+    unrun: Collection[str] = (),
 ) -> tuple[Roles, list[str]]:
     replay = declared.get("replay") if isinstance(declared.get("replay"), Mapping) else {}
     components = replay.get("components") if isinstance(replay.get("components"), Mapping) else {}
     components = {str(k): str(v) for k, v in components.items()}
     if safe is None and _declared_safe(declared) in {c.variant for c in cells}:
         safe = _declared_safe(declared)
-    roles = resolve_roles(cells, baseline, safe, components)  # the rule `flashprobe report` uses
+    roles = resolve_roles(cells, baseline, safe, components, unrun)  # as `flashprobe report`
     return roles, [f"ranking: {n}" for n in roles.notes]
 
 

@@ -28,6 +28,7 @@ from flashprobe.reporting.digest.outcomes import (
     VariantOutcome,
     branch_point,
     control_check,
+    is_branch_stub,
     variant_outcomes,
 )
 from flashprobe.reporting.digest.pooling import Superseded, one_run_per_seed
@@ -291,7 +292,7 @@ def _suite_report(
     notes += _run_notes(cells, superseded, horizon)
     notes += _replay_notes(digests, name, cells, superseded)
     # A branch source trained only to the branch step has no record past it to rise from.
-    results = rises([c for c in cells if not _branch_stub(c, branch)], rule, horizon)
+    results = rises([c for c in cells if not is_branch_stub(c, branch)], rule, horizon)
     resolutions = sorted({r.trajectory.resolution for r in results if r.trajectory.resolution})
     if resolutions:
         every_steps = ", ".join(map(str, resolutions))
@@ -318,10 +319,6 @@ def _suite_report(
         ranking=ranking,
         borrowed=[c for c in borrowed if c.seed in {x.seed for x in cells}],
     )
-
-
-def _branch_stub(cell: DigestCell, branch: Branch | None) -> bool:
-    return branch is not None and cell.variant == branch[0] and cell.steps_reached <= branch[1]
 
 
 def _branches(digests: Sequence[Digest], cells: Sequence[DigestCell]) -> dict[str, Branch]:
