@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Regenerate the AdamW results in docs/results from its digests: the report (markdown, its first
 # line the command) and the figures under the names the docs link to. Run from the repo root
-# after adding a device session's digest as docs/results/loss-explosion-adamw-<what>.json:
+# after merging a device session's digest into its claim's file, e.g.
+#
+#   flashprobe digest-merge docs/results/loss-explosion-adamw-attribution.json \
+#     docs/results/loss-explosion-adamw-attribution.json session.json --force
 #
 #   bash scripts/adamw_results.sh            # rewrites the report and the linked figures
 #

@@ -28,7 +28,7 @@ Evidence per variant v (reference r: the baseline for restore, the safe variant 
                restore: 1 − B_v / B_baseline (the share of the baseline's biased δ error the
                change removes); add: (B_v − B_safe) / (B_baseline − B_safe)
     score      the mean of Δp and the mechanism share clipped to [−1, 1], over the ones that
-               exist; variants are ranked by score, ties by the mechanism share.
+               exist; variants are ranked by score, ties by the mechanism share, then by Fisher p.
 """
 
 from __future__ import annotations
@@ -314,6 +314,7 @@ def rank(
         key=lambda r: (
             -(r["score"] if r["score"] is not None else -math.inf),
             -(r["mechanism_share"] if r["mechanism_share"] is not None else -math.inf),
+            r["fisher_p"] if r["fisher_p"] is not None else math.inf,  # more seeds first
             r["variant"],
         ),
     )

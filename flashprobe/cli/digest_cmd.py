@@ -35,6 +35,29 @@ def digest_command(
     typer.echo(f"{count} cells → {out}")
 
 
+@app.command("digest-merge")
+def digest_merge_command(
+    out: Path = typer.Argument(..., help="The merged digest to write (JSON)."),
+    digests: list[Path] = typer.Argument(..., help="Digest files, older first (two or more)."),
+    force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
+) -> None:
+    """Merge digests into one, keeping per variant, grid point and seed the run digest-report
+    counts (the longest, then the latest); the superseded runs are listed and left out.
+
+    Examples:
+
+      flashprobe digest-merge claim.json claim.json session.json --force
+
+      flashprobe digest-merge all.json a.json b.json
+    """
+    from flashprobe.reporting.digest.merge import merge_digests
+
+    result = merge_digests(digests, out, force=force)
+    for superseded in result.superseded:
+        typer.echo(f"superseded: {superseded.describe()}")
+    typer.echo(f"{result.kept} runs → {out} ({len(result.superseded)} superseded)")
+
+
 @app.command("digest-report")
 def digest_report_command(
     digests: list[Path] = typer.Argument(..., help="Digest files, older first."),

@@ -129,3 +129,16 @@ def test_component_diff_ignores_seed_and_names_other_keys() -> None:
     a["train"] = {"seed": 5, "lr": 1.0}
     b["train"] = {"seed": 0, "lr": 2.0}
     assert component_diff(a, b) == {"block_n": None, "train.lr": 1.0}
+
+
+def test_equal_scores_rank_the_variant_with_more_seeds_first() -> None:
+    # both restores stop every failure (Δp = 1); "a-one-seed" would come first by name
+    data = [
+        *cells("baseline", {}, [40, 50, 45]),
+        *cells("a-one-seed", {"delta_source": "o_fp32"}, [None]),
+        *cells("b-three-seeds", {"block_m": 32}, [None] * 3),
+        *cells("safe", FP32, [None] * 3),
+    ]
+    table = rank(data, resolve_roles(data, baseline="baseline", safe="safe"))
+    ranked = [r["variant"] for r in table if r["rank"] is not None]
+    assert ranked[:2] == ["b-three-seeds", "a-one-seed"]

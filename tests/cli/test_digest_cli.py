@@ -102,3 +102,20 @@ def test_digest_report_bad_input(run_cli, tmp_path: Path) -> None:
         assert result.err.startswith("flashprobe: error:") and message in result.err, result.err
         assert result.err.count("\n") == 1 and "Traceback" not in result.err
     assert run_cli("digest-report", str(good)).code == 0
+
+
+def test_digest_merge(run_cli, store: Path, tmp_path: Path) -> None:
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    for out in (first, second):  # the same store twice: the same runs
+        assert run_cli("digest", str(store), str(out)).code == 0
+    result = run_cli("digest-merge", str(first), str(first), str(second))
+    assert result.code == 2 and "refusing to overwrite" in result.err
+    assert result.err.count("\n") == 1 and "Traceback" not in result.err
+    result = run_cli("digest-merge", str(first), str(first), str(second), "--force")
+    assert result.code == 0, result.err
+    assert "1 runs" in result.out and "1 superseded" in result.out
+    assert "superseded: fa2 seed 0" in result.out
+    assert len(json.loads(first.read_text())["cells"]) == 1
+    result = run_cli("digest-merge", str(tmp_path / "m.json"), str(first), str(tmp_path / "no"))
+    assert result.code == 2 and "digest not found" in result.err
+    assert not (tmp_path / "m.json").exists()

@@ -1,0 +1,76 @@
+"""digest.merge: several digests → one, keeping the runs digest-report counts, cells as written."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from flashprobe.errors import FlashprobeError
+from flashprobe.reporting.digest.merge import merge_digests
+from flashprobe.reporting.digest.report import (
+    build_digest_reports,
+    load_digests,
+    render_digest_reports,
+)
+from flashprobe.reporting.digest.schema import load_digest
+
+
+def _runs(path: Path) -> list[tuple[str, int, int]]:
+    return [(c.variant, c.seed, c.steps_reached) for c in load_digest(path).cells]
+
+
+def test_merge_keeps_the_counted_runs_and_drops_the_superseded(tmp_path: Path, make) -> None:
+    old = make.digest(tmp_path / "claim.json", [
+        make.cell("a", 0, planned=100, started=1.0, diverged=40),
+        make.cell("a", 1, planned=100, started=1.0, reached=60, finished=False),  # cut
+    ], {"s": {"seeds": [0, 1]}})  # fmt: skip
+    new = make.digest(tmp_path / "session.json", [
+        make.cell("a", 1, planned=100, started=2.0),  # the cut seed again, to its end
+        make.cell("b", 0, planned=100, started=2.0, diverged=70),
+    ], {"s": {"seeds": [0, 1, 2]}})  # fmt: skip
+    out = tmp_path / "merged.json"
+    result = merge_digests([old, new], out)
+    assert result.kept == 3
+    (superseded,) = result.superseded
+    assert (superseded.cell.variant, superseded.cell.seed, superseded.cell.steps_reached) == (
+        "a", 1, 60)  # fmt: skip
+    assert sorted(_runs(out)) == [("a", 0, 41), ("a", 1, 100), ("b", 0, 71)]
+    merged = json.loads(out.read_text())
+    assert merged["suites"] == {"s": {"seeds": [0, 1, 2]}}  # the later definition
+    assert [m["file"] for m in merged["merged_from"]] == ["claim.json", "session.json"]
+    # a counted cell is copied as written
+    original = json.loads(new.read_text())["cells"][1]
+    assert original in merged["cells"]
+
+    # the report on the merge equals the report on the inputs
+    def tables(paths: list[Path]) -> str:
+        text = render_digest_reports(build_digest_reports(load_digests(paths)), "markdown")
+        return re.split("## (?:Superseded|Notes)", text)[0]  # the lists of files differ
+
+    assert tables([out]) == tables([old, new])
+
+
+def test_merge_into_one_of_its_inputs_needs_force(tmp_path: Path, make) -> None:
+    claim = make.digest(tmp_path / "claim.json", [make.cell("a", 0)])
+    session = make.digest(tmp_path / "session.json", [make.cell("a", 1)])
+    before = claim.read_text()
+    with pytest.raises(FlashprobeError, match="refusing to overwrite"):
+        merge_digests([claim, session], claim)
+    assert claim.read_text() == before
+    merge_digests([claim, session], claim, force=True)
+    assert sorted(_runs(claim)) == [("a", 0, 100), ("a", 1, 100)]
+
+
+def test_merge_refuses_v1_and_a_single_input(tmp_path: Path, make) -> None:
+    v1 = tmp_path / "v1.json"
+    v1.write_text(json.dumps([{"meta": {"suite": "q", "variant": "a", "seed": 0}}]))
+    v2 = make.digest(tmp_path / "v2.json", [make.cell("a", 1)])
+    out = tmp_path / "out.json"
+    with pytest.raises(FlashprobeError, match="format version 1"):
+        merge_digests([v1, v2], out)
+    with pytest.raises(FlashprobeError, match="at least two"):
+        merge_digests([v2], out)
+    assert not out.exists()
