@@ -79,6 +79,11 @@ FIELD_DOCS: dict[str, str] = {
     "tile's sum below it, O = P̄V/ℓ shrinks instead of becoming 0/0 = NaN, and lse (so the "
     "backward's P) carries the clamped ℓ. Set in paper-sfa; the release clamps without STABLE "
     "too, where ℓ >= 1 makes it inert, so paper-code leaves it off.",
+    "row_sum_bias": "Divide the final ℓ by (1 + this) before O = acc/ℓ and lse (0: off), so the "
+    "softmax the backward recomputes from lse sums to 1 + this on every row. No released "
+    "kernel does this: an injected, uniform softmax-sum bias (ΣP − 1), to test whether the bias "
+    "a bf16 running ℓ leaves (+1e-4 to +3e-4 in the AdamW runs, only on some rows) is enough "
+    "on its own to explode training. |value| < 0.1.",
     "masked_tiles": "Causal key tiles that lie wholly past a row (every key after it). skip: "
     "the row never visits them (FA2, the Triton tutorial). release: each one acts on the row "
     "as in the paper's released kernel, which runs every key tile with the mask filled in "
@@ -108,6 +113,7 @@ class KernelSpec:
     ds_precision: Precision = "bf16"
     row_sum_floor: float | None = None
     masked_tiles: MaskedTiles = "skip"
+    row_sum_bias: float = 0.0
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -170,7 +176,11 @@ class KernelSpec:
 
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(KernelSpec))
 #: Fields that `to_dict` (hence `json` and `key()`) leaves out while they hold this (off) value.
-OMITTED_WHEN_OFF: dict[str, Any] = {"row_sum_floor": None, "masked_tiles": "skip"}
+OMITTED_WHEN_OFF: dict[str, Any] = {
+    "row_sum_floor": None,
+    "masked_tiles": "skip",
+    "row_sum_bias": 0.0,
+}
 
 
 # -- construction ---------------------------------------------------------------------------
@@ -254,7 +264,7 @@ def _parse_field(name: str, value: Any) -> Any:
         if value is None or (isinstance(value, str) and value.lower() in words):
             return None
         return _as_int(name, value)
-    if name in ("beta", "tie_tolerance"):
+    if name in ("beta", "tie_tolerance", "row_sum_bias"):
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise FlashprobeError(f"{name} must be a number, got {value!r}")
         return float(value)
@@ -324,6 +334,11 @@ def _validate(spec: KernelSpec) -> None:
             raise FlashprobeError(f"row_sum_floor must be a number or null, got {floor!r}")
         if not (math.isfinite(floor) and floor > 0.0):
             raise FlashprobeError(f"row_sum_floor must be a finite number > 0 or null, got {floor}")
+    bias = spec.row_sum_bias
+    if isinstance(bias, bool) or not isinstance(bias, int | float):
+        raise FlashprobeError(f"row_sum_bias must be a number, got {bias!r}")
+    if not (math.isfinite(bias) and abs(bias) < 0.1):
+        raise FlashprobeError(f"row_sum_bias must be finite with |value| < 0.1, got {bias}")
     if not isinstance(spec.l_from_rounded_p, bool):
         raise FlashprobeError(
             f"l_from_rounded_p must be true or false, got {spec.l_from_rounded_p!r}"

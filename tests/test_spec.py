@@ -217,8 +217,9 @@ def test_frozen_hashable_and_keyed() -> None:
     assert spec.replace(beta=3).key() != spec.key()  # every field counts, even inert ones
     assert spec.to_dict()["block_n"] == 64
     # a field added later is left out while off, so older specs keep their JSON and key
-    assert set(spec.to_dict()) == set(FIELD_NAMES) - {"row_sum_floor", "masked_tiles"}
-    assert set(PRESETS["paper-sfa"].to_dict()) == set(FIELD_NAMES)
+    later = {"row_sum_floor", "masked_tiles", "row_sum_bias"}
+    assert set(spec.to_dict()) == set(FIELD_NAMES) - later
+    assert set(PRESETS["paper-sfa"].to_dict()) == set(FIELD_NAMES) - {"row_sum_bias"}
 
 
 def test_presets_without_a_row_sum_floor_keep_their_stored_keys() -> None:
@@ -248,6 +249,15 @@ def test_row_sum_floor_values(value, want) -> None:
 def test_bad_row_sum_floor_is_one_line_error(value) -> None:
     with pytest.raises(FlashprobeError, match="row_sum_floor"):
         make_spec("paper-sfa", {"row_sum_floor": value})
+
+
+def test_row_sum_bias_values() -> None:
+    assert make_spec("fa2", parse_assignments(["row_sum_bias=2e-4"])).row_sum_bias == 2e-4
+    assert make_spec("fa2", {"row_sum_bias": -0.01}).row_sum_bias == -0.01
+    assert make_spec("fa2", {"row_sum_bias": 2e-4}).describe() == "fa2+row_sum_bias=0.0002"
+    for value in (0.1, -0.5, math.inf, math.nan, True, "big", None):
+        with pytest.raises(FlashprobeError, match="row_sum_bias must be"):
+            make_spec("fa2", {"row_sum_bias": value})
 
 
 def test_masked_tiles_values() -> None:

@@ -297,6 +297,7 @@ def attn_fwd_kernel(
     TWO_PASS: tl.constexpr, CAUSAL: tl.constexpr, SCORE_LOW: tl.constexpr,
     SOFTMAX: tl.constexpr, P_LOW: tl.constexpr, ACC_LOW: tl.constexpr, L_LOW: tl.constexpr,
     L_FROM_ROUNDED: tl.constexpr, ROW_SUM_FLOOR: tl.constexpr, RELEASE_MASKED: tl.constexpr,
+    ROW_SUM_BIAS: tl.constexpr,
     STORE_O32: tl.constexpr, INSTRUMENT: tl.constexpr, INTERPRET: tl.constexpr,
 ):  # fmt: skip
     """One program: BLOCK_M query rows of one (batch, head), over key/value head head // GROUP.
@@ -368,6 +369,8 @@ def attn_fwd_kernel(
             ROW_SUM_FLOOR, LOW, INTERPRET,
         )  # fmt: skip
 
+    if ROW_SUM_BIAS != 0.0:  # an injected softmax-sum bias (a probe): ΣP − 1 = ROW_SUM_BIAS
+        l_i = l_i / (1.0 + ROW_SUM_BIAS)
     # Epilogue (semantics step 8): divide in fp32, round once to the output dtype.
     o_fp32 = acc / l_i[:, None]
     row_ok = offs_m < M

@@ -158,6 +158,7 @@ def forward_switches(
         # the floor as the input dtype holds it; 0.0 (no floor, or one fp16 flushes) is off
         "ROW_SUM_FLOOR": rounded_row_sum_floor(spec, low_dtype_for(dtype)) or 0.0,
         "RELEASE_MASKED": spec.masked_tiles == "release",
+        "ROW_SUM_BIAS": spec.row_sum_bias,
         "STORE_O32": keep_o_fp32,
         "INSTRUMENT": instrument,
     }

@@ -318,6 +318,8 @@ def online_softmax_forward(
         tie_events += (active & ~past & (ties > 1)).to(torch.int32)  # real scores only
         p_bar_ones += (p_used == 1.0).sum(dim=-1, dtype=torch.int32)
 
+    if spec.row_sum_bias:  # an injected softmax-sum bias (a probe): ΣP − 1 = row_sum_bias
+        l = l / as_working(1.0 + spec.row_sum_bias, work)  # noqa: E741
     o_fp32, lse = epilogue(acc, l, m)
     row_max = x_all.amax(dim=-1) / as_working(LOG2E, work)
     stats = AttentionStats(lse=lse, row_max=row_max, tie_events=tie_events, p_bar_ones=p_bar_ones)

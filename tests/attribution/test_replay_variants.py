@@ -237,7 +237,7 @@ def test_variants_from_needs_one_suite(tmp_path) -> None:
 
 def test_the_bundled_attribution_variants_replay_on_quick_shaped_captures(tmp_path) -> None:
     """`--variants-from adamw-attribution.yaml` on a quick store that trained only paper-code:
-    the baseline (the same kernels in both suites) and its 17 one-switch variants resolve and fit
+    the baseline (the same kernels in both suites) and its 20 other variants resolve and fit
     captures of the GPT-2 124M shape (12 layers, 12 heads of 64; 8 tokens here, so the emulator
     is quick)."""
     import torch
@@ -263,15 +263,15 @@ def test_the_bundled_attribution_variants_replay_on_quick_shaped_captures(tmp_pa
     store.finish(path, {"diverged": True, "diverged_step": 1400, "steps_done": 1400})
 
     attribution = suite_file_variants("adamw-attribution.yaml")
-    assert len(attribution) == 19
+    assert len(attribution) == 21
     ((_, outcome),) = replay_suites(
         tmp_path, "quick", variants_from="adamw-attribution", baseline="paper-code",
         backend="emulator",
     )  # fmt: skip
     assert [c["status"] for c in outcome.cells] == ["replayed"]
     doc = json.loads((tmp_path / "quick" / "replay.json").read_text())
-    assert doc["variants"] == sorted(attribution) and len(doc["untrained_variants"]) == 18
+    assert doc["variants"] == sorted(attribution) and len(doc["untrained_variants"]) == 20
     assert "paper-code" not in doc["untrained_variants"]
     (source,) = sr.read_cells(tmp_path, "quick")
     records = sr.read_replay(source)["records"]  # type: ignore[index]
-    assert len(records) == 19 * 2 * 12  # variants × layers × heads (one step)
+    assert len(records) == 21 * 2 * 12  # variants × layers × heads (one step)

@@ -271,6 +271,7 @@ EMULATOR_SPECS = {
     "dp_p-bf16delta": make_spec("fa2", {"delta_source": "dp_p", "delta_precision": "bf16"}),
     "o_recompute-p32": make_spec("fa2", {"delta_source": "o_recompute", "p_bar_precision": "fp32"}),
     "o_fp32-ds32": make_spec("fa2", {"delta_source": "o_fp32", "ds_precision": "fp32"}),
+    "row-sum-bias": make_spec("fa2", {"row_sum_bias": 0.01, "delta_source": "o_fp32"}),
 }
 
 

@@ -627,3 +627,32 @@ def test_row_sum_floor_turns_underflow_into_zero_not_nan() -> None:
     assert (out.o_fp32 == 0).all()
     floor = torch.tensor(1e-10).bfloat16().double()
     assert out.lse.item() == pytest.approx(320 + torch.log(floor).item(), abs=1e-4)
+
+
+# -- row_sum_bias: an injected softmax-sum bias (a probe, no released kernel) ------------------
+@pytest.mark.parametrize("causal", [False, True])
+def test_row_sum_bias_makes_the_recomputed_softmax_sum_to_one_plus_it(make_qkv, causal) -> None:
+    q, k, v, do = make_qkv(1, 2, 77, 77, 32, BF16, seed=4)
+    spec = make_spec("fa2", {"block_n": 16})
+    biased = spec.replace(row_sum_bias=2e-3)
+    fwd, _ = run(q, k, v, do, spec, causal)
+    bias_fwd, bias_bwd = run(q, k, v, do, biased, causal)
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    plain_sum = softmax_sum_error_qk(q, k, fwd.lse, spec, causal=causal, scale=scale)
+    sum_error = softmax_sum_error_qk(q, k, bias_fwd.lse, biased, causal=causal, scale=scale)
+    assert plain_sum.abs().max() < 1e-5
+    assert torch.allclose(sum_error, torch.full_like(sum_error, 2e-3), atol=1e-5)
+    # O before its rounding is 1 + bias times larger; lse smaller by log(1 + bias)
+    assert torch.allclose(bias_fwd.o_fp32, fwd.o_fp32 * (1 + 2e-3), rtol=1e-6, atol=1e-7)
+    assert torch.allclose(bias_fwd.lse, fwd.lse - math.log1p(2e-3), atol=1e-6)
+    assert all(torch.isfinite(g).all() for g in (bias_bwd.dq, bias_bwd.dk, bias_bwd.dv))
+
+
+def test_row_sum_bias_off_is_bit_identical_and_left_out_of_the_key(make_qkv) -> None:
+    q, k, v, do = make_qkv(1, 1, 33, 33, 16, BF16, seed=5)
+    spec = make_spec("paper-code", {"block_n": 16})
+    assert spec.replace(row_sum_bias=0).key() == spec.key()  # stored cells keep their keys
+    assert "row_sum_bias" not in spec.to_dict()
+    fwd, bwd = run(q, k, v, do, spec.replace(row_sum_bias=0.0), True)
+    plain_fwd, plain_bwd = run(q, k, v, do, spec, True)
+    assert torch.equal(fwd.o, plain_fwd.o) and torch.equal(bwd.dq, plain_bwd.dq)
