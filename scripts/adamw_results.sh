@@ -35,6 +35,8 @@ declare -A names=(
   [adamw-attribution_loss_grad_norm.png]=loss-explosion-adamw-attribution-loss.png
   [adamw-attribution_max_logit.png]=loss-explosion-adamw-attribution-max-logit.png
   [adamw-attribution_tie_counts.png]=loss-explosion-adamw-attribution-tie-counts.png
+  [adamw-attribution_softmax_sum_bias.png]=loss-explosion-adamw-attribution-softmax-sum-bias.png
+  [adamw-controls_softmax_sum_bias.png]=loss-explosion-adamw-controls-softmax-sum-bias.png
 )
 for made in "$plots"/*.png; do
   name=${names[$(basename "$made")]:-}

@@ -5,6 +5,9 @@ figure; a dotted vertical line at each divergence step):
     <suite>_loss_grad_norm.png     training loss and gradient norm (log) against step
     <suite>_max_logit.png          the largest attention logit over layers and heads (log)
     <suite>_tie_counts.png         tie events and P̄ = 1 entries, summed over layers and heads
+    <suite>_softmax_sum_bias.png   ΣP − 1 of the backward's softmax (mean over layers) per run,
+                                   its median before the divergence: a point per seed, by
+                                   outcome (only when the runs recorded it)
 Per chosen run (--cell VARIANT:SEED; default the reference's first diverged seed):
     <suite>_<variant>_seed<k>_spectral_norm.png         W_Q and W_K spectral norm per layer
                                                          (heatmap; ○ the rise, | divergence)
@@ -24,6 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from flashprobe.reporting.digest import attention as att
+from flashprobe.reporting.digest.outcomes import (
+    DIVERGED,
+    NO_OUTCOME,
+    NOT_DIVERGED,
+    seed_outcome,
+)
 from flashprobe.reporting.digest.report import DigestSuiteReport
 from flashprobe.reporting.digest.rise import RiseResult, trajectories
 from flashprobe.reporting.digest.schema import DigestCell
@@ -61,6 +70,9 @@ def write_figures(report: DigestSuiteReport, out_dir: Path) -> list[Path]:
             "tie events and P̄ = 1 entries, summed over layers and heads",
         ),
     ]  # fmt: skip
+    path = _sum_bias_by_outcome(plt, report, out_dir / f"{prefix}_softmax_sum_bias.png")
+    if path is not None:
+        written.append(path)
     for cell in report.chosen:
         name = f"{prefix}_{_safe(_cell_name(cell))}"
         rises = [r for r in report.rises if r.cell is cell]
@@ -121,6 +133,61 @@ def _per_variant(
         for q in range(len(quantities)):
             axes[(k // ncols) * len(quantities) + q][k % ncols].set_visible(False)
     fig.suptitle(f"{report.suite}: {title} (dotted: divergence step)", fontsize=10)
+    return _save(plt, fig, path)
+
+
+#: How each outcome is drawn: (marker, face colour, edge colour).
+_OUTCOME_STYLE = {
+    DIVERGED: ("X", "tab:red", "tab:red"),
+    NOT_DIVERGED: ("o", "tab:blue", "tab:blue"),
+    NO_OUTCOME: ("o", "none", "grey"),
+}
+
+
+def sum_bias_points(report: DigestSuiteReport) -> list[tuple[int, str, int, float, str]]:
+    """(panel index, panel label, seed, median ΣP − 1 before the divergence, outcome) of each
+    run that recorded ΣP − 1, panels as the other figures group them."""
+    points = []
+    for x, (label, cells) in enumerate(_variants(report)):
+        for cell in sorted(cells, key=lambda c: c.seed):
+            summary = att.summarise(cell, report.horizon)
+            if summary is None or summary.sum_bias is None:
+                continue
+            status = seed_outcome(cell, report.horizon, report.branch).status
+            points.append((x, label, cell.seed, summary.sum_bias, status))
+    return points
+
+
+def _sum_bias_by_outcome(plt: Any, report: DigestSuiteReport, path: Path) -> Path | None:
+    """Per variant a point per seed: the run's median ΣP − 1 before its divergence, by
+    outcome. None when no run recorded ΣP − 1."""
+    found = sum_bias_points(report)
+    if not found:
+        return None
+    groups = _variants(report)
+    points = []  # (x, value, outcome): a panel's seeds side by side around its x
+    for x in range(len(groups)):
+        mine = [p for p in found if p[0] == x]
+        for i, (_, _, _, value, status) in enumerate(mine):
+            points.append((x + 0.12 * (i - (len(mine) - 1) / 2), value, status))
+    fig, ax = plt.subplots(figsize=(max(5.5, 0.9 * len(groups) + 2.0), 4.4))
+    for status, (marker, face, edge) in _OUTCOME_STYLE.items():
+        mine = [(x, v) for x, v, s in points if s == status]
+        if mine:
+            xs, ys = zip(*mine, strict=True)
+            ax.scatter(xs, ys, marker=marker, s=42, facecolors=face, edgecolors=edge,
+                       label=status)  # fmt: skip
+    if min(v for _, v, _ in points) > 0:
+        ax.set_yscale("log")
+    else:  # a negative bias: linear near zero
+        ax.set_yscale("symlog", linthresh=1e-7)
+    ax.set_xticks(range(len(groups)), [label for label, _ in groups], rotation=30, ha="right",
+                  fontsize=7)  # fmt: skip
+    ax.set_ylabel("ΣP − 1, median over records", fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    _legend(ax)
+    fig.suptitle(f"{report.suite}: ΣP − 1 of the backward's softmax per seed\n(mean over "
+                 "layers, median over the records before the divergence)", fontsize=9)  # fmt: skip
     return _save(plt, fig, path)
 
 

@@ -31,6 +31,7 @@ def test_figures_of_a_tiny_store(tiny_store: Path, tmp_path: Path) -> None:
     assert names == [
         "tiny_loss_grad_norm.png",
         "tiny_max_logit.png",
+        "tiny_softmax_sum_bias.png",
         "tiny_tie_counts.png",
         "tiny_touchy_seed0_attention_per_layer.png",
         "tiny_touchy_seed0_spectral_norm.png",
@@ -93,3 +94,30 @@ def test_a_borrowed_reference_replaces_the_branch_source_panel(tmp_path: Path, m
     assert [(c.suite, c.seed) for c in groups["paper-code (suite quick)"]] == [
         ("quick", 0), ("quick", 1),
     ]  # fmt: skip
+
+
+def test_sum_bias_points_by_outcome(tmp_path: Path, make) -> None:
+    from flashprobe.reporting.digest.figures import sum_bias_points, write_figures
+
+    def rec(step: int, bias: float) -> dict:
+        return {"step": step, "max_logit": {"0": 3.0}, "softmax_sum_bias": {"0": bias, "1": bias}}
+
+    cells = [
+        # the records after the divergence (step 40) do not count
+        make.cell("paper-code", 0, diverged=40, attention=[rec(9, 2e-4), rec(19, 1e-4),
+                                                           rec(29, 3e-4), rec(49, 9.0)]),
+        make.cell("fa2", 0, attention=[rec(9, 5e-7)]),
+        make.cell("fa2", 1, reached=30, finished=False, attention=[rec(9, -1e-7)]),  # cut
+        make.cell("sdpa", 0),  # no attention records: no point
+    ]  # fmt: skip
+    digest = make.digest(tmp_path / "d.json", cells)
+    (report,) = build_digest_reports(load_digests([digest]), reference="paper-code")
+    points = sum_bias_points(report)
+    assert [(label, seed, status) for _, label, seed, _, status in points] == [
+        ("paper-code", 0, "diverged"),
+        ("fa2", 0, "not diverged"),
+        ("fa2", 1, "no outcome"),
+    ]
+    assert [value for *_, value, _ in points] == pytest.approx([2e-4, 5e-7, -1e-7])
+    names = _pngs(write_figures(report, tmp_path / "figs"))
+    assert "s_softmax_sum_bias.png" in names  # a negative median: drawn on a symlog axis
