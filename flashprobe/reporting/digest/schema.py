@@ -28,6 +28,10 @@ Version 3 (written by digest.writer), strict JSON (a non-finite number is null):
     sdpa / math); softmax_sum_bias: the mean ΣP − 1 over heads; min_row_max: the smallest over
     heads. wq / wk: each layer's whole W_Q / W_K spectral norm; *_head_max: its largest head's.
 
+A merged digest (`flashprobe digest-merge`, digest.merge) is the same format with
+`"written_by": {..., "merged": true}`, `store` and `every` null where its inputs differ, and
+`"merged_from": [{"file": ..., "written_by": ..., "cells": n}, ...]`.
+
 Version 2 is version 3 without `replay`: its runs may have been replayed, the digest does not say.
 
 Version 1 (the former scripts/store_digest.py): a bare list of cells with `meta`,
