@@ -56,7 +56,7 @@ def merge_digests(
         "format": FORMAT,
         "version": max(d.version for d in digests),
         "written_by": {"flashprobe": __version__, "code_version": code_version(), "merged": True},
-        "store": _one_or_several(str(raw.get("store")) for raw in raws),
+        "store": _one_or_several(raw.get("store") for raw in raws),
         "every": _one_or_several(d.every for d in digests),
         # a suite digested twice: the later definition (a later session's suite.json names
         # every seed trained so far)
