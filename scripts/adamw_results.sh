@@ -37,6 +37,7 @@ declare -A names=(
   [adamw-attribution_tie_counts.png]=loss-explosion-adamw-attribution-tie-counts.png
   [adamw-attribution_softmax_sum_bias.png]=loss-explosion-adamw-attribution-softmax-sum-bias.png
   [adamw-controls_softmax_sum_bias.png]=loss-explosion-adamw-controls-softmax-sum-bias.png
+  [quick_softmax_sum_bias.png]=loss-explosion-adamw-baseline-softmax-sum-bias.png
 )
 for made in "$plots"/*.png; do
   name=${names[$(basename "$made")]:-}

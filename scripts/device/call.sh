@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One device call that stands alone: train cells of a suite in order (spread.sh; a branched
+# cell's runner trains its source first when the store lacks it) while they fit in BUDGET
+# seconds, then write the store's digest, the log and a GPU snapshot into OUT. A lent machine is
+# not reliably warm at the next call (lost between back-to-back calls in two sessions running),
+# so nothing here relies on an earlier call: each call names the cells it trains.
+#
+#   OUT=$OUT bash scripts/device/call.sh SUITE "VARIANT:SEED ..." [ablate options]
+#
+# BUDGET (default 560) leaves the 600-s call limit room for the digest. A cell starts only if
+# CELL_SECONDS (default 345; add the source's ~90 s when it is the call's first) still fit; the
+# cells are stopped (SIGINT) at the budget's end, so a cut cell is digested as cut, not lost.
+set -u
+OUT=${OUT:?set OUT}
+: "${2:?usage: call.sh SUITE \"VARIANT:SEED ...\" [ablate options]}"
+BUDGET=${BUDGET:-560}
+export DEADLINE=$(($(date +%s) + BUDGET))
+export FLASHPROBE_CACHE=${FLASHPROBE_CACHE:-/tmp/fpcache} PYTHONUNBUFFERED=1
+export STORE=${STORE:-/tmp/adamw}
+mkdir -p "$OUT"
+: >"$OUT/call.log"  # appended to: spread.sh's cell loop may outlive it by a line (it skips then)
+timeout -s INT "$BUDGET" bash "$(dirname "$0")/spread.sh" "$@" >>"$OUT/call.log" 2>&1
+echo "call.sh: spread.sh exit $? after $SECONDS s" >>"$OUT/call.log"
+if [ -d "$STORE" ]; then
+  python3 -m flashprobe digest "$STORE" "$OUT/$(basename "$STORE").json" --every 10 >/dev/null \
+    || echo "call.sh: digest failed" >>"$OUT/call.log"
+fi
+nvidia-smi --query-gpu=name,utilization.gpu,memory.used --format=csv >"$OUT/gpu.txt" 2>&1
+grep -v ' step [0-9]*/' "$OUT/call.log" | tail -n 25  # the cells' ends, not their progress
