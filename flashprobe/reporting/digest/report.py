@@ -23,6 +23,7 @@ from tabulate import tabulate
 from flashprobe.errors import FlashprobeError
 from flashprobe.reporting.digest import attention as att
 from flashprobe.reporting.digest.outcomes import (
+    RUNAWAY_FACTOR,
     Branch,
     ControlCheck,
     VariantOutcome,
@@ -290,6 +291,7 @@ def _suite_report(
         )  # fmt: skip
         notes += why + (ranking.notes if ranking is not None else [])
     notes += _run_notes(cells, superseded, horizon)
+    notes += _runaway_notes(outcomes)
     notes += _replay_notes(digests, name, cells, superseded)
     # A branch source trained only to the branch step has no record past it to rise from.
     results = rises([c for c in cells if not is_branch_stub(c, branch)], rule, horizon)
@@ -456,6 +458,18 @@ def _run_notes(
             "a longer run has more time to diverge; --horizon N counts every run at step N"
         )
     return out
+
+
+def _runaway_notes(outcomes: Sequence[VariantOutcome]) -> list[str]:
+    """Seeds the loss rule did not count as diverged whose gradient norm ran away."""
+    found = [f"{o.variant} seed {s.seed}: {runaway.describe()}"
+             for o in outcomes for s in o.seeds if (runaway := s.runaway)]  # fmt: skip
+    if not found:
+        return []
+    return [
+        f"not diverged by the loss rule, but the gradient norm ran away (≥ {RUNAWAY_FACTOR:g}× "
+        "the median of the run's earlier logged norms; it changes no outcome): " + "; ".join(found)
+    ]
 
 
 # -- rendering ------------------------------------------------------------------------------
