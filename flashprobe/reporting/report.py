@@ -22,6 +22,7 @@ from flashprobe.attribution.failure import FailureRule, counted, failure_steps
 from flashprobe.attribution.pooling import pooled_splits
 from flashprobe.attribution.ranking import METHOD, Roles, outcomes, rank, resolve_roles
 from flashprobe.attribution.replay_summary import hot_spots, summarise
+from flashprobe.attribution.runaway import gradient_runaway, runaway_note
 from flashprobe.attribution.selection import Superseded, one_run_per_seed
 from flashprobe.errors import FlashprobeError
 from flashprobe.probes.bias_result import T_SIGNIFICANT
@@ -136,6 +137,7 @@ def build_suite_report(
     if rule.event != "divergence" or rule.horizon is not None:
         notes.insert(0, f"failed (ranking): {rule.describe()}")
     notes += _run_notes(cells, superseded, known, rule)
+    notes += _runaway_notes(cells, failed_at, rule)
     notes += sr.store_notes(every_run)
     replayed_on = saved.get("baseline")
     if docs and replayed_on and replayed_on != roles.baseline:
@@ -418,6 +420,20 @@ def _run_notes(
                 f"and have no outcome there: {names}"
             )
     return out
+
+
+def _runaway_notes(
+    cells: Sequence[sr.CellView], failed_at: Mapping[Path, int | None], rule: FailureRule
+) -> list[str]:
+    """Runs that did not fail under `rule` whose gradient norm ran away (attribution.runaway)."""
+    found = []
+    for cell in cells:
+        if failed_at.get(cell.path) is not None:
+            continue
+        norms = ((r["step"], r.get("grad_norm")) for r in sr.read_metrics(cell))
+        if runaway := gradient_runaway(norms, rule.horizon):
+            found.append(f"{cell.variant} seed {cell.seed}: {runaway.describe()}")
+    return runaway_note(found)
 
 
 def _weight(docs: Sequence[Mapping[str, Any]]) -> str | None:

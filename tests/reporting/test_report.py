@@ -118,3 +118,17 @@ def test_a_rerun_to_a_longer_horizon_counts_each_seed_once(tmp_path: Path) -> No
     (at_60,) = build_reports(tmp_path, horizon=60)  # paper-code's runs never got there
     assert counts(at_60) == {"paper-code": (0, 0), "l-fp32": (2, 2)}
     assert "2 finished run(s) ended before step 60" in " ".join(at_60.notes)
+
+
+def test_a_run_that_did_not_fail_but_ran_away_in_its_gradient_norm_is_named(
+    tmp_path: Path,
+) -> None:
+    root = failure_fixtures.make_store(tmp_path, 30)
+    (fa2,) = [c for c in sr.read_cells(root) if c.variant == "fa2"]
+    norms = [0.3] * 12 + [50.0]
+    rows = [{"step": 20 + i, "loss": 1.0, "grad_norm": g} for i, g in enumerate(norms)]
+    (fa2.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (report,) = build_reports(root)
+    (note,) = [n for n in report.notes if "gradient norm ran away" in n]
+    assert note.endswith("fa2 seed 0: gradient norm 50 at step 32, 167× its earlier median 0.3")
+    assert "paper-code seed" not in note  # no gradient norms logged: nothing to say

@@ -13,10 +13,9 @@ outcome; Fisher's exact test compares its diverged/n with the reference variant'
 grid point (attribution.ranking.fisher_exact), the reference's runs in this suite or in the
 suite it is borrowed from (digest.reference).
 
-A seed that did not diverge may still have run away in its gradient norm without (yet) meeting
-the loss rule; `gradient_runaway` finds the first logged step whose gradient norm is at least
-RUNAWAY_FACTOR times the median of the run's earlier logged norms (at least RUNAWAY_HISTORY of
-them), and the report names such seeds. It describes; it never changes an outcome.
+A seed that did not diverge may still have run away in its gradient norm short of the loss
+rule (attribution.runaway): `SeedOutcome.runaway` finds it, the report names it; it never
+changes an outcome.
 
 The control check (issue 23): a variant passes when none of its seeds diverged within twice the
 reference's median divergence step and every seed ran at least that far.
@@ -24,7 +23,6 @@ reference's median divergence step and every seed ran at least that far.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,45 +30,10 @@ from typing import Any
 
 from flashprobe.attribution.failure import FailureRule
 from flashprobe.attribution.ranking import fisher_exact
+from flashprobe.attribution.runaway import GradientRunaway, gradient_runaway
 from flashprobe.reporting.digest.schema import DigestCell
 
 DIVERGED, NOT_DIVERGED, NO_OUTCOME = "diverged", "not diverged", "no outcome"
-RUNAWAY_FACTOR = 100.0  # a gradient norm this many times its run's earlier median
-RUNAWAY_HISTORY = 10  # logged norms before a step that its median needs
-
-
-@dataclass(frozen=True)
-class GradientRunaway:
-    """The first logged step whose gradient norm reached RUNAWAY_FACTOR × the earlier median."""
-
-    step: int
-    grad_norm: float
-    earlier_median: float
-
-    def describe(self) -> str:
-        ratio = self.grad_norm / self.earlier_median
-        return (f"gradient norm {self.grad_norm:.3g} at step {self.step}, {ratio:,.0f}× its "
-                f"earlier median {self.earlier_median:.2g}")  # fmt: skip
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "grad_norm": self.grad_norm,
-                "earlier_median": self.earlier_median}  # fmt: skip
-
-
-def gradient_runaway(cell: DigestCell, horizon: int | None = None) -> GradientRunaway | None:
-    """The run's first gradient-norm runaway by `horizon` (see the module doc), or None."""
-    earlier: list[float] = []
-    for step, _loss, norm in cell.loss:
-        if horizon is not None and step > horizon:
-            break
-        if norm is None or not math.isfinite(norm):
-            continue
-        if len(earlier) >= RUNAWAY_HISTORY:
-            median = statistics.median(earlier)
-            if median > 0 and norm >= RUNAWAY_FACTOR * median:
-                return GradientRunaway(step, norm, median)
-        earlier.append(norm)
-    return None
 
 
 @dataclass(frozen=True)
@@ -98,7 +61,7 @@ class SeedOutcome:
         """A seed that did not diverge: its gradient-norm runaway within its steps, if any."""
         if self.status == DIVERGED:
             return None
-        return gradient_runaway(self.cell, self.step)
+        return gradient_runaway(((s, g) for s, _, g in self.cell.loss), self.step)
 
     def to_dict(self) -> dict[str, Any]:
         return {

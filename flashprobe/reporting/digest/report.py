@@ -20,10 +20,10 @@ from typing import Any
 
 from tabulate import tabulate
 
+from flashprobe.attribution.runaway import runaway_note
 from flashprobe.errors import FlashprobeError
 from flashprobe.reporting.digest import attention as att
 from flashprobe.reporting.digest.outcomes import (
-    RUNAWAY_FACTOR,
     Branch,
     ControlCheck,
     VariantOutcome,
@@ -462,14 +462,8 @@ def _run_notes(
 
 def _runaway_notes(outcomes: Sequence[VariantOutcome]) -> list[str]:
     """Seeds the loss rule did not count as diverged whose gradient norm ran away."""
-    found = [f"{o.variant} seed {s.seed}: {runaway.describe()}"
-             for o in outcomes for s in o.seeds if (runaway := s.runaway)]  # fmt: skip
-    if not found:
-        return []
-    return [
-        f"not diverged by the loss rule, but the gradient norm ran away (≥ {RUNAWAY_FACTOR:g}× "
-        "the median of the run's earlier logged norms; it changes no outcome): " + "; ".join(found)
-    ]
+    return runaway_note(f"{o.variant} seed {s.seed}: {runaway.describe()}"
+                        for o in outcomes for s in o.seeds if (runaway := s.runaway))  # fmt: skip
 
 
 # -- rendering ------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ from flashprobe.reporting.digest.outcomes import (
     NOT_DIVERGED,
     branch_point,
     control_check,
-    gradient_runaway,
     seed_outcome,
     variant_outcomes,
 )
@@ -150,22 +149,18 @@ def test_a_branch_source_cut_at_the_branch_step_has_no_outcome(tmp_path: Path, m
     assert rows["paper-code"].n == 1 and rows["acc-fp32"].n == 1
 
 
-def test_a_gradient_runaway_is_found_in_a_run_the_loss_rule_let_pass(tmp_path: Path, make) -> None:
+def test_a_seed_the_loss_rule_let_pass_names_its_gradient_runaway(tmp_path: Path, make) -> None:
     calm = [[s, 1.0, 0.3] for s in range(0, 200, 10)]
     rising = [[200, 1.1, 3.0], [210, 1.2, 29.0], [220, 1.4, 31.0], [230, 1.5, 300.0]]
     cells = _cells(tmp_path, make, [
         make.cell("a", 0, planned=300, loss=calm + rising),
         make.cell("a", 1, planned=300, loss=calm),
         make.cell("a", 2, planned=300, loss=calm + rising, diverged=225),
-        make.cell("a", 3, planned=300, loss=[[0, 1.0, 0.3], [10, 1.0, 300.0]]),  # too short
+        make.cell("a", 3, planned=300, reached=215, finished=False, loss=calm + rising[:2]),
     ])  # fmt: skip
-    found = gradient_runaway(cells[0])
-    assert found is not None and (found.step, found.grad_norm) == (220, 31.0)
-    assert found.earlier_median == pytest.approx(0.3)
-    assert "31 at step 220" in found.describe()
-    assert gradient_runaway(cells[0], horizon=215) is None  # not yet by that step
-    assert gradient_runaway(cells[1]) is None and gradient_runaway(cells[3]) is None
     outcomes = [seed_outcome(c) for c in cells]
-    assert outcomes[0].status == NOT_DIVERGED and outcomes[0].runaway == found
+    assert outcomes[0].status == NOT_DIVERGED and outcomes[0].runaway is not None
     assert outcomes[0].to_dict()["gradient_runaway"]["step"] == 220
+    assert outcomes[1].runaway is None and outcomes[1].to_dict()["gradient_runaway"] is None
     assert outcomes[2].runaway is None  # diverged: the loss rule has it already
+    assert outcomes[3].status == NO_OUTCOME and outcomes[3].runaway is None  # not by step 215
