@@ -10,6 +10,9 @@
 # BUDGET (default 560) leaves the 600-s call limit room for the digest. A cell starts only if
 # CELL_SECONDS (default 345; add the source's ~90 s when it is the call's first) still fit; the
 # cells are stopped (SIGINT) at the budget's end, so a cut cell is digested as cut, not lost.
+# THEN (optional): a command line run after the cells with the last THEN_SECONDS of the budget
+# (the cells get the rest), stopped at its end too: e.g. the δ replay of the captures the cells
+# made (`flashprobe replay /tmp/adamw ...`), which the digest then carries.
 set -u
 OUT=${OUT:?set OUT}
 : "${2:?usage: call.sh SUITE \"VARIANT:SEED ...\" [ablate options]}"
@@ -19,8 +22,19 @@ export FLASHPROBE_CACHE=${FLASHPROBE_CACHE:-/tmp/fpcache} PYTHONUNBUFFERED=1
 export STORE=${STORE:-/tmp/adamw}
 mkdir -p "$OUT"
 : >"$OUT/call.log"  # appended to: spread.sh's cell loop may outlive it by a line (it skips then)
-timeout -s INT "$BUDGET" bash "$(dirname "$0")/spread.sh" "$@" >>"$OUT/call.log" 2>&1
+THEN_SECONDS=$([ -n "${THEN:-}" ] && echo "${THEN_SECONDS:-0}" || echo 0)
+DEADLINE=$((DEADLINE - THEN_SECONDS)) timeout -s INT "$((BUDGET - THEN_SECONDS))" \
+  bash "$(dirname "$0")/spread.sh" "$@" >>"$OUT/call.log" 2>&1
 echo "call.sh: spread.sh exit $? after $SECONDS s" >>"$OUT/call.log"
+if [ -n "${THEN:-}" ]; then
+  left=$((DEADLINE - $(date +%s)))
+  if [ "$left" -gt 0 ]; then
+    timeout -s INT "$left" bash -c "$THEN" >>"$OUT/call.log" 2>&1
+    echo "call.sh: THEN exit $? after $SECONDS s" >>"$OUT/call.log"
+  else
+    echo "call.sh: THEN skipped, no time left" >>"$OUT/call.log"
+  fi
+fi
 if [ -d "$STORE" ]; then
   python3 -m flashprobe digest "$STORE" "$OUT/$(basename "$STORE").json" --every 10 >/dev/null \
     || echo "call.sh: digest failed" >>"$OUT/call.log"

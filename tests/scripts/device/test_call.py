@@ -24,7 +24,9 @@ sys.exit(1 if "broken" in sys.argv else 0)
 """
 
 
-def call(tmp_path: Path, cells: str, budget: int) -> tuple[subprocess.CompletedProcess[str], list]:
+def call(
+    tmp_path: Path, cells: str, budget: int, **extra: str
+) -> tuple[subprocess.CompletedProcess[str], list]:
     bin_dir, out, store = tmp_path / "bin", tmp_path / "out", tmp_path / "adamw"
     shim(bin_dir, "python3", RECORDER.format(python=sys.executable))
     shim(bin_dir, "nvidia-smi", "#!/bin/sh\necho 0\n")
@@ -32,6 +34,7 @@ def call(tmp_path: Path, cells: str, budget: int) -> tuple[subprocess.CompletedP
     env = {k: v for k, v in os.environ.items() if k not in SCRIPT_VARIABLES}
     env.update(PATH=f"{bin_dir}{os.pathsep}{env['PATH']}", CALLS=str(tmp_path / "calls.jsonl"),
                OUT=str(out), STORE=str(store), BUDGET=str(budget), CELL_SECONDS="1")  # fmt: skip
+    env.update(extra)
     result = subprocess.run(
         ["bash", str(DEVICE / "call.sh"), "ablations/quick.yaml", cells, "--set", "x=1"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
@@ -62,3 +65,14 @@ def test_a_cell_past_the_budget_is_stopped_and_the_digest_still_made(tmp_path: P
     assert time.monotonic() - began < 20
     assert [c[3] for c in calls] == ["ablate", "digest"]  # fa2:1 no longer fits
     assert "spread.sh exit 124" in (tmp_path / "out" / "call.log").read_text()
+
+
+def test_then_runs_after_the_cells_inside_the_budget(tmp_path: Path) -> None:
+    then = f"echo then-ran > {tmp_path / 'then.txt'}; python3 -m flashprobe replay somewhere"
+    result, calls = call(tmp_path, "fa2:0", budget=100, THEN=then, THEN_SECONDS="40")
+    assert result.returncode == 0, result.stderr
+    assert [c[3] for c in calls] == ["ablate", "replay", "digest"]
+    cells_deadline, then_seen = int(calls[0][0]), int(calls[1][0])
+    assert then_seen - cells_deadline == 40  # the cells leave THEN its seconds
+    assert (tmp_path / "then.txt").read_text() == "then-ran\n"
+    assert "THEN exit 0" in (tmp_path / "out" / "call.log").read_text()
