@@ -38,6 +38,8 @@ fi
 if [ -d "$STORE" ]; then
   python3 -m flashprobe digest "$STORE" "$OUT/$(basename "$STORE").json" --every 10 >/dev/null \
     || echo "call.sh: digest failed" >>"$OUT/call.log"
+else
+  echo "call.sh: no store at $STORE: no cell ran (see the lines above), no digest" >>"$OUT/call.log"
 fi
 nvidia-smi --query-gpu=name,utilization.gpu,memory.used --format=csv >"$OUT/gpu.txt" 2>&1
 grep -v ' step [0-9]*/' "$OUT/call.log" | tail -n 25  # the cells' ends, not their progress

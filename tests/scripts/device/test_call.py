@@ -10,7 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
 from queue_harness import DEVICE, ROOT, SCRIPT_VARIABLES, shim
+from test_queue import TINY
+
+from flashprobe.reporting.digest.schema import load_digest
 
 # python3 stand-in: records its arguments and the deadline it saw; a cell named slow sleeps
 # (as a cell would train), one named broken fails.
@@ -76,3 +80,25 @@ def test_then_runs_after_the_cells_inside_the_budget(tmp_path: Path) -> None:
     assert then_seen - cells_deadline == 40  # the cells leave THEN its seconds
     assert (tmp_path / "then.txt").read_text() == "then-ran\n"
     assert "THEN exit 0" in (tmp_path / "out" / "call.log").read_text()
+
+
+def test_a_real_call_trains_the_tiny_suite_and_digests_it(tmp_path: Path) -> None:
+    """No stand-ins but nvidia-smi: spread.sh runs `flashprobe ablate` (this interpreter) on a
+    3-step suite, then the digest comes back in OUT."""
+    bin_dir, out, store = tmp_path / "bin", tmp_path / "out", tmp_path / "adamw"
+    shim(bin_dir, "python3", f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    shim(bin_dir, "nvidia-smi", "#!/bin/sh\necho 0\n")
+    suite = tmp_path / "tiny.yaml"
+    suite.write_text(yaml.safe_dump(TINY))
+    env = {k: v for k, v in os.environ.items() if k not in SCRIPT_VARIABLES}
+    env.update(PATH=f"{bin_dir}{os.pathsep}{env['PATH']}", OUT=str(out), STORE=str(store),
+               FLASHPROBE_CACHE=str(tmp_path / "cache"))  # fmt: skip
+    env.update(BUDGET="120", CELL_SECONDS="10")
+    result = subprocess.run(
+        ["bash", str(DEVICE / "call.sh"), str(suite), "fa2:0"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=150, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "spread.sh exit 0" in (out / "call.log").read_text()
+    (cell,) = load_digest(out / "adamw.json").cells
+    assert (cell.variant, cell.seed, cell.finished, cell.steps_reached) == ("fa2", 0, True, 3)
