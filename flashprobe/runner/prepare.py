@@ -10,7 +10,7 @@ Suite YAML schema (expansion: suites.suite; cell config: suites.cell_config):
                    attention: {impl: flashprobe|sdpa|math, backend: auto|emulator|triton},
                    layers: {1: {impl: ..., heads: {7: {...}}}}}      # 0-based layers/heads
       data:       {source: stdlib|bin, path, vocab_size, val_fraction, max_bytes, record_offsets}
-      optimizer:  {name: adamw|muon, lr, betas, eps, weight_decay, muon_*}
+      optimizer:  {name: adamw|muon|sgd, lr, betas, eps, weight_decay, muon_*}
       schedule:   {kind: cosine|constant, warmup_steps, decay_steps, min_lr}
       train:      {steps, batch_size, micro_batch_size, precision: bf16|fp32, grad_clip,
                    device: auto|cpu|cuda, allow_tf32, cpu_threads, checkpoint_every,

@@ -39,14 +39,15 @@ class _Section:
 
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig(_Section):
-    """AdamW, or Muon for 2-D hidden weights with AdamW for the rest (the paper's setup).
+    """AdamW, or Muon for 2-D hidden weights with AdamW for the rest (the paper's setup), or SGD
+    with momentum betas[0] (a control for what AdamW's per-weight scaling does).
 
     Weight decay applies to 2-D weights only (matrices and embeddings), never to biases or
     LayerNorm gains. Muon's update is RMS-matched to AdamW (scaled by 0.2·sqrt(max(rows, cols)),
     Moonlight), so the same lr and weight_decay serve both parts.
     """
 
-    name: Literal["adamw", "muon"] = "adamw"
+    name: Literal["adamw", "muon", "sgd"] = "adamw"
     lr: float = 1e-3
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = 1e-8

@@ -18,6 +18,12 @@ def build_optimizer(model: GPT, config: OptimizerConfig) -> torch.optim.Optimize
             {"params": vectors, "weight_decay": 0.0},
         ]
         return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas, eps=config.eps)
+    if config.name == "sgd":  # heavy-ball momentum = betas[0], AdamW's first-moment decay
+        groups = [
+            {"params": matrices, "weight_decay": config.weight_decay},
+            {"params": vectors, "weight_decay": 0.0},
+        ]
+        return torch.optim.SGD(groups, lr=config.lr, momentum=config.betas[0])
     from flashprobe.train.muon import MuonWithAdamW
 
     # Muon for the blocks' matrices; embeddings (tied with the LM head) stay on AdamW.

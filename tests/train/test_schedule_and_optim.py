@@ -47,6 +47,22 @@ def test_adamw_decays_only_two_dimensional_weights() -> None:
     )
 
 
+def test_sgd_uses_beta1_as_momentum_and_decays_only_matrices() -> None:
+    model = tiny_model()
+    config = OptimizerConfig(name="sgd", lr=0.5, betas=(0.8, 0.95), weight_decay=0.1)
+    optimizer = build_optimizer(model, config)
+    assert isinstance(optimizer, torch.optim.SGD)
+    decayed, plain = optimizer.param_groups
+    assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
+    assert decayed["momentum"] == 0.8 and all(p.dim() == 2 for p in decayed["params"])
+    bias = plain["params"][0]
+    before = bias.detach().clone()
+    for _ in range(2):  # two steps of a constant gradient g: v = g, then 0.8 v + g
+        bias.grad = torch.ones_like(bias)
+        optimizer.step()
+    assert torch.allclose(bias.detach(), before - 0.5 * (1.0 + 1.8))
+
+
 def test_muon_takes_hidden_matrices_and_adamw_the_rest() -> None:
     model = tiny_model()
     optimizer = build_optimizer(model, OptimizerConfig(name="muon"))

@@ -16,7 +16,7 @@ from flashprobe.train import LoopConfig, TrainConfig
         ({"optimizer": {"lr": "fast"}}, "optimizer.lr must be a number, got 'fast'"),
         ({"optimizer": {"lr": -1}}, "optimizer.lr must be > 0"),
         ({"optimizer": {"betas": [0.9]}}, "optimizer.betas must have 2 entries"),
-        ({"optimizer": {"name": "sgd"}}, "optimizer.name must be one of adamw, muon"),
+        ({"optimizer": {"name": "lion"}}, "optimizer.name must be one of adamw, muon, sgd"),
         ({"schedule": {"warmup_steps": 1.5}}, "schedule.warmup_steps must be an integer"),
         ({"train": {"precision": "fp16"}}, "train.precision must be one of bf16, fp32"),
         ({"train": {"steps": 0}}, "train.steps must be >= 1"),
