@@ -16,27 +16,23 @@ import torch
 
 from flashprobe.reference.emulator import emulate_forward
 from flashprobe.reference.emulator_backward import emulate_backward
+from flashprobe.reference.golden import golden_backward, golden_forward
 from flashprobe.spec import make_spec
 
 EPS = 0.05
 
 
 def exact_gradients(q, k, v, do, eps: float, causal: bool):
-    """fp64 autograd of O = (1 + eps)·softmax(S)·V, and the predicted probe error of dS."""
-    qd, kd, vd = (t.double().requires_grad_() for t in (q, k, v))
+    """The fp64 golden's gradients of O = (1 + eps)·softmax(S)·V (the golden's with dO scaled by
+    1 + eps: O is linear in that factor), and the probe's predicted dQ, dK."""
     scale = 1 / math.sqrt(q.shape[-1])
-    s = qd @ kd.transpose(-2, -1) * scale
-    if causal:
-        m, n = s.shape[-2:]
-        s = s.masked_fill(~torch.ones(m, n, dtype=torch.bool).tril(n - m), -math.inf)
-    p = torch.softmax(s, -1)
-    o = (1 + eps) * p @ vd
-    o.backward(do.double())
-    delta = (do.double() * o.detach()).sum(-1)
-    error_ds = -eps * delta[..., None] * p.detach()  # = ∂(−eps·δ·lse)/∂S, δ fixed
-    predicted_dq = qd.grad + error_ds @ kd.detach() * scale
-    predicted_dk = kd.grad + error_ds.transpose(-2, -1) @ qd.detach() * scale
-    return (qd.grad, kd.grad, vd.grad), (predicted_dq, predicted_dk)
+    true = golden_backward(q, k, v, (1 + eps) * do, causal=causal, scale=scale)
+    p = golden_forward(q, k, v, causal=causal, scale=scale).p
+    # true.delta = rowsum(dO∘O) of the biased forward; ∂(−eps·δ·lse)/∂S = −eps·δ·P, δ fixed
+    error_ds = -eps * true.delta[..., None] * p
+    predicted_dq = true.dq + error_ds @ k.double() * scale
+    predicted_dk = true.dk + error_ds.transpose(-2, -1) @ q.double() * scale
+    return (true.dq, true.dk, true.dv), (predicted_dq, predicted_dk)
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
