@@ -12,18 +12,14 @@ def build_optimizer(model: GPT, config: OptimizerConfig) -> torch.optim.Optimize
     params = {name: p for name, p in model.named_parameters() if p.requires_grad}
     matrices = [p for p in params.values() if p.dim() >= 2]
     vectors = [p for p in params.values() if p.dim() < 2]
+    decay_split = [
+        {"params": matrices, "weight_decay": config.weight_decay},
+        {"params": vectors, "weight_decay": 0.0},
+    ]
     if config.name == "adamw":
-        groups = [
-            {"params": matrices, "weight_decay": config.weight_decay},
-            {"params": vectors, "weight_decay": 0.0},
-        ]
-        return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas, eps=config.eps)
+        return torch.optim.AdamW(decay_split, lr=config.lr, betas=config.betas, eps=config.eps)
     if config.name == "sgd":  # heavy-ball momentum = betas[0], AdamW's first-moment decay
-        groups = [
-            {"params": matrices, "weight_decay": config.weight_decay},
-            {"params": vectors, "weight_decay": 0.0},
-        ]
-        return torch.optim.SGD(groups, lr=config.lr, momentum=config.betas[0])
+        return torch.optim.SGD(decay_split, lr=config.lr, momentum=config.betas[0])
     from flashprobe.train.muon import MuonWithAdamW
 
     # Muon for the blocks' matrices; embeddings (tied with the LM head) stay on AdamW.
