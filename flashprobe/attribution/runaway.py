@@ -56,9 +56,9 @@ def gradient_runaway(
     return None
 
 
-def runaway_note(found: Iterable[str]) -> list[str]:
-    """The report note that names the runs (`found`: 'variant seed k: describe()')."""
-    runs = list(found)
+def runaway_note(found: Iterable[tuple[str, int, GradientRunaway]]) -> list[str]:
+    """The report note that names the runs: `found` holds (variant, seed, its runaway)."""
+    runs = [f"{variant} seed {seed}: {runaway.describe()}" for variant, seed, runaway in found]
     if not runs:
         return []
     return [

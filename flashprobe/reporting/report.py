@@ -432,7 +432,7 @@ def _runaway_notes(
             continue
         norms = ((r["step"], r.get("grad_norm")) for r in sr.read_metrics(cell))
         if runaway := gradient_runaway(norms, rule.horizon):
-            found.append(f"{cell.variant} seed {cell.seed}: {runaway.describe()}")
+            found.append((cell.variant, cell.seed, runaway))
     return runaway_note(found)
 
 

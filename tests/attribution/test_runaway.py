@@ -6,7 +6,12 @@ import math
 
 import pytest
 
-from flashprobe.attribution.runaway import RUNAWAY_HISTORY, gradient_runaway, runaway_note
+from flashprobe.attribution.runaway import (
+    RUNAWAY_HISTORY,
+    GradientRunaway,
+    gradient_runaway,
+    runaway_note,
+)
 
 CALM = [(s, 0.3) for s in range(0, 200, 10)]
 RISING = [(200, 3.0), (210, 29.0), (220, 31.0), (230, 300.0)]
@@ -35,5 +40,7 @@ def test_missing_and_non_finite_norms_are_skipped() -> None:
 
 def test_the_note_names_the_runs_or_is_absent() -> None:
     assert runaway_note([]) == []
-    (note,) = runaway_note(["a seed 1: x", "b seed 2: y"])
-    assert note.endswith("a seed 1: x; b seed 2: y") and "100×" in note
+    first, second = GradientRunaway(220, 31.0, 0.3), GradientRunaway(40, 500.0, 2.0)
+    (note,) = runaway_note([("a", 1, first), ("b", 2, second)])
+    assert note.endswith(f"a seed 1: {first.describe()}; b seed 2: {second.describe()}")
+    assert "100×" in note

@@ -462,7 +462,7 @@ def _run_notes(
 
 def _runaway_notes(outcomes: Sequence[VariantOutcome]) -> list[str]:
     """Seeds the loss rule did not count as diverged whose gradient norm ran away."""
-    return runaway_note(f"{o.variant} seed {s.seed}: {runaway.describe()}"
+    return runaway_note((o.variant, s.seed, runaway)
                         for o in outcomes for s in o.seeds if (runaway := s.runaway))  # fmt: skip
 
 
