@@ -268,6 +268,7 @@ EMULATOR_SPECS = {
     "l-rounded-acc16": make_spec("fa2", {"l_from_rounded_p": True, "accumulator": "bf16"}),
     "paper-code-l32": make_spec("paper-code", {"block_n": 16, "l_accumulator": "fp32"}),
     "fa2-l16": make_spec("fa2", {"block_n": 16, "l_accumulator": "bf16"}),
+    "fa2-score-l16": make_spec("fa2", {"score_precision": "bf16", "l_accumulator": "bf16"}),
     "dp_p-bf16delta": make_spec("fa2", {"delta_source": "dp_p", "delta_precision": "bf16"}),
     "o_recompute-p32": make_spec("fa2", {"delta_source": "o_recompute", "p_bar_precision": "fp32"}),
     "o_fp32-ds32": make_spec("fa2", {"delta_source": "o_fp32", "ds_precision": "fp32"}),
