@@ -248,13 +248,18 @@ def parse_assignments(assignments: Iterable[str]) -> dict[str, Any]:
 
 def spec_from_yaml(path: str | Path) -> KernelSpec:
     """Load a spec from a YAML file holding a mapping (optionally under a `kernel:` key)."""
+    return make_spec(spec_fields_from_yaml(path))
+
+
+def spec_fields_from_yaml(path: str | Path) -> dict[str, Any]:
+    """The kernel spec mapping of a YAML file (optionally under a `kernel:` key), unresolved."""
     path = Path(path)
     data = read_yaml(path, "spec")
     if isinstance(data, Mapping) and isinstance(data.get("kernel"), Mapping):
         data = data["kernel"]
     if not isinstance(data, Mapping):
         raise FlashprobeError(f"{path}: expected a mapping of kernel spec fields")
-    return make_spec(data)
+    return dict(data)
 
 
 # -- parsing and validation -----------------------------------------------------------------

@@ -76,6 +76,14 @@ class FailureRule:
         except (TypeError, ValueError) as err:
             raise FlashprobeError(f"bad failure section {dict(section)}: {err}") from None
 
+    def check_layers(self, n_layer: int) -> None:
+        """Refuse a layer the model does not have: a rule on it could never fire."""
+        for layer in self.layers or ():
+            if layer >= n_layer:
+                raise FlashprobeError(
+                    f"failure.layers: layer {layer} out of range 0..{n_layer - 1}"
+                )
+
     @property
     def noun(self) -> str:
         return "divergence" if self.event == "divergence" else "logit runaway"

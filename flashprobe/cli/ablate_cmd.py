@@ -160,10 +160,14 @@ def ablate_command(
         shard=shard,
     )
     if dry_run:
-        from flashprobe.cli.ablate_plan import render_plan
+        from flashprobe.cli.ablate_plan import estimate_lines, render_plan
 
         planned = plan_run(request, dry_run=True)
         typer.echo(render_plan(fmt, planned))
+        if fmt != "table":  # stdout stays one document: the estimate goes to stderr
+            tokens = sum(row["tokens"] for row in planned.rows())
+            for line in estimate_lines(planned, tokens, problems=False):
+                typer.echo(line, err=True)
         for problem in planned.problems if fmt != "table" else ():
             typer.echo(f"flashprobe: not checked here: {problem}", err=True)
         return

@@ -27,7 +27,7 @@ def render_plan(fmt: str, planned: SuitePlan) -> str:
     return "\n".join([table, "", *estimate_lines(planned, sum(row["tokens"] for row in rows))])
 
 
-def estimate_lines(planned: SuitePlan, tokens: int) -> list[str]:
+def estimate_lines(planned: SuitePlan, tokens: int, *, problems: bool = True) -> list[str]:
     from flashprobe.suites.estimate import (
         describe_times,
         format_tokens,
@@ -36,7 +36,7 @@ def estimate_lines(planned: SuitePlan, tokens: int) -> list[str]:
         throughputs,
     )
 
-    plan, suite, problems = planned.cells, planned.suite, planned.problems
+    plan, suite = planned.cells, planned.suite
     to_run = [p for p in plan if p.action != "skip"]
     device = machine_device()
     lines = [
@@ -49,7 +49,7 @@ def estimate_lines(planned: SuitePlan, tokens: int) -> list[str]:
         if not any(t.matches(device) for t in known):
             times.append(f"no throughput measured for this machine ({device})")
         lines.append("Time: " + "; ".join(times) + ".")
-    if problems:
+    if problems and planned.problems:
         lines.append("Not checked here (only the machine that runs the suite can):")
-        lines += [f"- {p}" for p in problems]
+        lines += [f"- {p}" for p in planned.problems]
     return lines

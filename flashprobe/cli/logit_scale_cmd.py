@@ -118,7 +118,7 @@ def logit_scale_command(
 
 def _parse_logits(text: str) -> tuple[float, ...]:
     try:
-        return tuple(float(x) for x in text.split(",") if x.strip())
+        return tuple(float(x) for x in text.split(","))  # float(" ") fails: no silent drop
     except ValueError:
         message = f"--logits must be numbers separated by commas, got {text!r}"
         raise FlashprobeError(message) from None

@@ -16,10 +16,10 @@ def report_command(
     store: Path = typer.Argument(Path("runs"), help="Result store folder (default: runs)."),
     suite: str | None = typer.Option(None, "--suite", help="Only this suite of the store."),
     fmt: str = typer.Option("table", "--format", help="table, markdown, csv or json."),
-    table: str = typer.Option(
-        "ranking",
+    table: str | None = typer.Option(
+        None,
         "--table",
-        help="With --format csv: summary, ranking, pooled, metrics or hotspots.",
+        help="With --format csv: summary, ranking (default), pooled, metrics or hotspots.",
     ),
     plot: Path | None = typer.Option(None, "--plot", help="Write PNG figures into this folder."),
     baseline: str | None = typer.Option(
@@ -48,8 +48,8 @@ def report_command(
         "or logit-runaway (a max attention logit above --logit-limit, or a divergence first). "
         "Default: the suite's failure: section, else divergence.",
     ),
-    logit_limit: float = typer.Option(
-        1000.0, "--logit-limit", help="With --failure logit-runaway: the logit limit."
+    logit_limit: float | None = typer.Option(
+        None, "--logit-limit", help="With --failure logit-runaway: the logit limit (1000)."
     ),
     failure_layers: list[int] | None = typer.Option(
         None, "--failure-layer", help="With --failure logit-runaway: only this layer (repeat)."
@@ -90,6 +90,12 @@ def report_command(
 
     if fmt not in FORMATS:
         raise FlashprobeError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if table is not None and fmt != "csv":
+        raise FlashprobeError(f"--table applies to --format csv only (got --format {fmt})")
+    table = table or "ranking"
+    if failure != "logit-runaway" and (logit_limit is not None or failure_layers):
+        given = "--logit-limit" if logit_limit is not None else "--failure-layer"
+        raise FlashprobeError(f"{given} applies to --failure logit-runaway only")
     if table not in TABLES:
         raise FlashprobeError(f"--table must be one of {', '.join(TABLES)}, got {table!r}")
     if top < 0:
@@ -107,7 +113,7 @@ def report_command(
         from flashprobe.attribution.failure import FailureRule
 
         layers = tuple(failure_layers) if failure_layers else None
-        rule = FailureRule(failure, logit_limit, layers)
+        rule = FailureRule(failure, 1000.0 if logit_limit is None else logit_limit, layers)
     reports = build_reports(
         store, suite, baseline=baseline, safe=safe, top=top, failure=rule, horizon=horizon
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 import yaml
@@ -19,13 +20,17 @@ from flashprobe.spec import (
     format_field,
     make_spec,
     parse_assignments,
-    spec_from_yaml,
+    spec_fields_from_yaml,
 )
 
 
 @app.command("spec")
 def spec_command(
-    preset: str = typer.Argument("fa2", help="Preset to start from: " + ", ".join(PRESETS) + "."),
+    preset: str | None = typer.Argument(
+        None,
+        help="Preset to start from: " + ", ".join(PRESETS) + " (default fa2, or the --config "
+        "file's own `preset:`).",
+    ),
     set_: list[str] = typer.Option(
         [], "--set", help="Override a field: --set beta=4 (repeatable)."
     ),
@@ -44,14 +49,15 @@ def spec_command(
       flashprobe spec fa2 --set softmax=stabilized --set beta=4 --format json
 
       flashprobe spec --config my_kernel.yaml
+
+      flashprobe spec paper-code --config my_switches.yaml
     """
     if presets:
         typer.echo(
             tabulate([(n, PRESET_DOCS[n]) for n in PRESETS], headers=["preset", "what it is"])
         )
         return
-    spec = spec_from_yaml(config) if config else make_spec(preset)
-    spec = make_spec(spec, parse_assignments(set_))
+    spec = make_spec(start_fields(preset, config), parse_assignments(set_))
     data = {"label": spec.describe(), "key": spec.key(), **spec.to_dict()}
     if fmt == "json":
         typer.echo(json.dumps(data, indent=2))
@@ -66,3 +72,14 @@ def spec_command(
         )
     else:
         raise FlashprobeError(f"--format must be table, json or yaml, got {fmt!r}")
+
+
+def start_fields(preset: str | None, config: Path | None) -> dict[str, Any]:
+    """The preset, then the --config file's fields on top; naming two presets is an error."""
+    fields = spec_fields_from_yaml(config) if config else {}
+    named = fields.get("preset")
+    if preset is not None and named is not None and named != preset:
+        raise FlashprobeError(
+            f"{config} names preset {named!r} and the argument names {preset!r}: give one"
+        )
+    return {**fields, "preset": preset or named or "fa2"}

@@ -136,6 +136,45 @@ def python_corpus(
     progress: bool = True,
 ) -> PythonCorpus:
     """The corpus folder for this interpreter, built on first use (see the module docstring)."""
+    where = _locate(val_fraction, max_bytes, cache_dir, roots)
+    folder, cache = where.folder, where.folder.parent
+    if not (folder / MANIFEST).is_file():
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            with _locked(cache / f".{folder.name}.lock"):
+                if not (folder / MANIFEST).is_file():  # another process may have built it
+                    _build(where, progress)
+        except OSError as exc:
+            raise FlashprobeError(f"cannot build the corpus in {cache}: {exc.strerror}") from None
+    return PythonCorpus(folder, _read_manifest(folder))
+
+
+def built_python_corpus(
+    val_fraction: float = 0.01,
+    max_bytes: int | None = None,
+    cache_dir: str | Path | None = None,
+    roots: list[tuple[str, Path]] | None = None,
+) -> PythonCorpus | None:
+    """The corpus when it is already built for these settings, else None (builds nothing)."""
+    folder = _locate(val_fraction, max_bytes, cache_dir, roots).folder
+    return PythonCorpus(folder, _read_manifest(folder)) if (folder / MANIFEST).is_file() else None
+
+
+@dataclass(frozen=True)
+class _Location:
+    folder: Path  # the cache folder for these settings and these files, built or not
+    roots: list[tuple[str, Path]]
+    files: list[SourceFile]
+    max_bytes: int
+    val_every: int
+
+
+def _locate(
+    val_fraction: float,
+    max_bytes: int | None,
+    cache_dir: str | Path | None,
+    roots: list[tuple[str, Path]] | None,
+) -> _Location:
     max_bytes = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
     val_every = max(2, round(1 / val_fraction))
     roots = source_roots() if roots is None else roots
@@ -144,15 +183,7 @@ def python_corpus(
     if not files:
         raise FlashprobeError(f"no .py files under {', '.join(str(r) for _, r in roots)}")
     folder = cache / f"pysource-{cache_key(roots, files, max_bytes, val_every)}"
-    if not (folder / MANIFEST).is_file():
-        try:
-            cache.mkdir(parents=True, exist_ok=True)
-            with _locked(cache / f".{folder.name}.lock"):
-                if not (folder / MANIFEST).is_file():  # another process may have built it
-                    _build(folder, roots, files, max_bytes, val_every, progress)
-        except OSError as exc:
-            raise FlashprobeError(f"cannot build the corpus in {cache}: {exc.strerror}") from None
-    return PythonCorpus(folder, _read_manifest(folder))
+    return _Location(folder, roots, files, max_bytes, val_every)
 
 
 @contextlib.contextmanager
@@ -165,14 +196,9 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _build(
-    folder: Path,
-    roots: list[tuple[str, Path]],
-    files: list[SourceFile],
-    max_bytes: int,
-    val_every: int,
-    progress: bool,
-) -> None:
+def _build(where: _Location, progress: bool) -> None:
+    folder, roots, files = where.folder, where.roots, where.files
+    max_bytes, val_every = where.max_bytes, where.val_every
     tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)

@@ -101,6 +101,10 @@ def build_suite_report(
     rule = failure or FailureRule.from_suite(sr.suite_failure(sr.suite_dir(cells[0])))
     if horizon is not None:
         rule = dataclasses.replace(rule, horizon=horizon)
+    for cell in cells:
+        n_layer = (cell.config.get("model") or {}).get("n_layer")
+        if isinstance(n_layer, int):
+            rule.check_layers(n_layer)
     every_run = cells
     cells, superseded = one_run_per_seed(every_run)
     saved = stored.get("roles") or {}

@@ -68,7 +68,9 @@ def prepare_suite(
     suite = load_suite(path, overrides, validate=validate)
     check_branches(suite)
     replay_settings(suite, check_machine=check_machine)
-    FailureRule.from_suite(suite.raw.get("failure"))
+    rule = FailureRule.from_suite(suite.raw.get("failure"))
+    for cell in suite.cells:
+        rule.check_layers(resolve_cell_config(cell.config).train.model.n_layer)
     throughputs(suite)
     return suite
 

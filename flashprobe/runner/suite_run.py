@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from flashprobe.errors import FlashprobeError, RunStopped
 from flashprobe.runner import plan as planning
+from flashprobe.runner.data_check import check_data
 from flashprobe.runner.definition import write_suite_definition
 from flashprobe.runner.parallel import (
     check_jobs,
@@ -122,10 +123,11 @@ class SuiteRun:
 
 
 def plan_run(request: SuiteRequest, *, dry_run: bool = False, say: Say | None = None) -> SuitePlan:
-    """Load and check the whole suite, select its cells and plan them; writes nothing.
+    """Load and check the whole suite (its data too: runner.data_check), select its cells and
+    plan them; writes nothing.
 
-    dry_run: what only the target machine can check (a CUDA GPU, the data folder) is listed
-    in `problems` instead of refused."""
+    dry_run: what only the target machine can check (a CUDA GPU, the data folder, a pysource
+    corpus not built yet) is listed in `problems` instead of refused."""
     say = say or _quiet
     check_jobs(request.jobs)
     part = parse_shard(request.shard) if request.shard is not None else None
@@ -145,8 +147,11 @@ def plan_run(request: SuiteRequest, *, dry_run: bool = False, say: Say | None = 
     version = planning.code_version()
     store = ResultStore(request.store)
     cells = _plan(request, suite, store, version)
+    # The whole suite's data, opened once per config (a run builds a pysource corpus here)
+    to_train = any(p.action not in ("skip", "busy") for p in cells)
+    unchecked = check_data(full.cells, build=not dry_run) if to_train else []
     problems = tuple(machine_problems(suite, full if settings else None)) if dry_run else ()
-    return SuitePlan(full, suite, store, version, cells, settings, problems)
+    return SuitePlan(full, suite, store, version, cells, settings, (*problems, *unchecked))
 
 
 def run_suite(

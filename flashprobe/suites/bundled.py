@@ -35,6 +35,8 @@ def bundled_suites() -> dict[str, Path]:
 def find_suite(config: str | Path) -> Path:
     """The suite file `config` names: an existing path, else a bundled suite by name (`gpt2`,
     `gpt2.yaml`, or `ablations/gpt2.yaml` outside a checkout)."""
+    if not str(config).strip():
+        raise FlashprobeError("--config is empty: give a suite file or a bundled suite's name")
     path = Path(config)
     if path.exists():
         return path

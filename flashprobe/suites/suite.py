@@ -110,7 +110,10 @@ def read_suite(path: Path, _children: tuple[Path, ...] = ()) -> dict[str, Any]:
     inherited."""
     raw = read_yaml(path, "suite")
     if not isinstance(raw, Mapping):
-        raise FlashprobeError(f"{path}: a suite must be a mapping with a 'base' section")
+        got = "an empty file" if raw is None else type(raw).__name__
+        raise FlashprobeError(
+            f"{path}: a suite must be a mapping (name, seeds, base, variants, ...), got {got}"
+        )
     raw = dict(raw)
     parent = raw.pop("inherit", None)
     if parent is None:
@@ -356,9 +359,12 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
 
 
 def _seeds(value: Any) -> list[int]:
-    seeds = value if isinstance(value, list) else [value]
+    seeds = value if isinstance(value, list) else []
     if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
-        raise FlashprobeError(f"seeds must be a list of integers, got {value!r}")
+        hint = ""
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            hint = f" (seed {value} alone: [{value}]; {value} seeds: {list(range(value))})"
+        raise FlashprobeError(f"seeds must be a list of integers, got {value!r}{hint}")
     if len(set(seeds)) != len(seeds):
         raise FlashprobeError(f"seeds repeat: {seeds}")
     return seeds

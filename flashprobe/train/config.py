@@ -274,7 +274,8 @@ class TrainConfig:
         for layer in self.metrics.capture_layers:
             require(
                 0 <= layer < self.model.n_layer,
-                f"metrics.capture_layers: layer {layer} out of range 0..{self.model.n_layer - 1}",
+                f"capture.layers (metrics.capture_layers): layer {layer} out of range "
+                f"0..{self.model.n_layer - 1}",
             )
         if self.data.source == "stdlib" and self.model.vocab_size not in (None, 256):
             require(

@@ -63,6 +63,14 @@ def test_bad_sections_are_one_line_errors(section: Any, message: str) -> None:
         FailureRule.from_suite(section)
 
 
+def test_layers_are_checked_against_the_model() -> None:
+    rule = FailureRule("logit-runaway", layers=(0, 3))
+    rule.check_layers(4)
+    with pytest.raises(FlashprobeError, match=r"layer 3 out of range 0\.\.2"):
+        rule.check_layers(3)
+    FailureRule().check_layers(1)  # every layer: nothing to check
+
+
 def test_section_defaults() -> None:
     assert FailureRule.from_suite(None) == FailureRule()
     rule = FailureRule.from_suite({"event": "logit-runaway", "layers": 1})

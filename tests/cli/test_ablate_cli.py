@@ -57,6 +57,10 @@ def with_base(**sections):
     ("raw", "args", "needle"),
     [
         ("base: {train: [\n", (), "malformed YAML"),
+        ("", (), "a suite must be a mapping (name, seeds, base, variants, ...), got an empty file"),
+        (TINY, ("--set", "seeds=3"), "seeds must be a list of integers, got 3 (seed 3 alone"),
+        ({**TINY, "failure": {"event": "logit-runaway", "layers": [9]}}, (), "layer 9 out of"),
+        (with_base(capture={"layers": [5], "steps": [1]}), (), "capture.layers (metrics."),
         ({**TINY, "colour": 1}, (), "unknown suite key 'colour'"),
         (with_base(train={"stepz": 3}), (), "unknown key train.stepz"),
         ({**TINY, "variants": {"x": {"kernel": {"softmax": "fast"}}}}, (), "variant 'x': kernel:"),
@@ -348,7 +352,9 @@ def test_a_shard_plans_its_groups_only(tmp_path, run_cli) -> None:
     raw = {**REPLAYED, "seeds": [0, 1, 2], "branch": {"from": "fa2", "step": 3}}
     args = ("ablate", "-c", write(tmp_path, raw), "--store", str(tmp_path / "s"), "--dry-run")
     plan = run_cli(*args, "--shard", "1/2", "--format", "json")
-    assert plan.code == 0 and not plan.err, plan.err
+    assert plan.code == 0, plan.err
+    # stdout is the one JSON document; the estimate goes to stderr, and nothing is unchecked
+    assert plan.err.startswith("2 of 2 cells to train") and "not checked here" not in plan.err
     assert [(c["variant"], c["seed"]) for c in json.loads(plan.out)] == [("fa2", 1), ("sfa", 1)]
     other = json.loads(run_cli(*args, "--shard", "0/2", "--format", "json").out)
     assert [(c["variant"], c["seed"]) for c in other] == [
@@ -648,3 +654,49 @@ def test_report_before_the_safe_variant_has_run_keeps_the_add_design(tmp_path, r
     add = rows["fa2-score-bf16"]
     assert (add["design"], add["component"], add["rank"]) == ("add", "score_precision=bf16", None)
     assert "not judged" in add["verdict"]
+
+
+def test_an_empty_config_argument_is_named(run_cli) -> None:
+    one_line_error(run_cli("ablate", "--config", "", "--dry-run"), "--config is empty")
+
+
+@pytest.mark.parametrize(
+    ("setting", "needle"),
+    [
+        ("data.max_bytes=10", "variant 'fa2': data: stdlib corpus too small for a validation "
+         "split (1 files); raise data.max_bytes"),
+        ("model.block_size=100000", "variant 'fa2': model.block_size 100000 needs a training "
+         "split of at least 100002 tokens"),
+    ],
+)  # fmt: skip
+def test_impossible_data_settings_exit_2_and_leave_the_store_as_it_was(
+    tmp_path, run_cli, setting: str, needle: str
+) -> None:
+    """A data cap too small to split, a block longer than the training split: refused before
+    anything is written (no cell folder, suite.json of the earlier run untouched), in a dry run
+    too, where the stdlib corpus is cheap to build."""
+    config, store = write(tmp_path, TINY), tmp_path / "store"
+    assert run_cli("ablate", "-c", config, "--store", str(store)).code == 0
+    before = _tree(store)
+    for extra in ((), ("--dry-run",), ("--jobs", "2")):
+        result = run_cli("ablate", "-c", config, "--store", str(store), "--set", setting, *extra)
+        one_line_error(result, needle)
+        assert "Traceback" not in result.err and result.out == ""
+        assert _tree(store) == before
+
+
+def test_an_interrupted_check_keeps_the_earlier_suite_file(tmp_path, run_cli, monkeypatch) -> None:
+    """Ctrl-C while the data is prepared (a pysource corpus takes minutes): nothing written."""
+    from flashprobe.runner import data_check
+
+    config, store = write(tmp_path, TINY), tmp_path / "store"
+    assert run_cli("ablate", "-c", config, "--store", str(store)).code == 0
+    before = _tree(store)
+
+    def interrupted(_data):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(data_check, "open_dataset", interrupted)
+    result = run_cli("ablate", "-c", config, "--store", str(store), "--set", "train.steps=8")
+    assert result.code == 130 and "Traceback" not in result.err
+    assert _tree(store) == before

@@ -50,6 +50,7 @@ def test_suite_variants_left_out_are_named(run_cli) -> None:
     ("args", "message"),
     [
         (["--logits", "ten"], "--logits must be numbers separated by commas"),
+        (["--logits", "10,,20"], "--logits must be numbers separated by commas"),
         (["--logits", "-5"], "--logits must be positive"),
         (["--variant", "nope"], "unknown preset 'nope'"),
         (["--variants-from", "missing.yaml"], "--variants-from missing.yaml"),

@@ -43,6 +43,13 @@ def test_bad_options(run_cli, tmp_path) -> None:
         result = run_cli("report", str(root), *bad)
         assert result.code == 2 and len(result.err.strip().splitlines()) == 1
         assert "failure." in result.err
+    for alone in (
+        ("--table", "metrics"),  # csv only
+        ("--logit-limit", "5"),  # logit-runaway only
+        ("--failure", "divergence", "--failure-layer", "0"),
+    ):
+        result = run_cli("report", str(root), *alone)
+        assert result.code == 2 and "applies to --" in result.err, alone
     result = run_cli("report", str(root), "--horizon", "0")
     assert result.code == 2 and "--horizon must be a step count >= 1" in result.err
 
@@ -107,7 +114,7 @@ def test_smoke_suite_ablate_then_report(run_cli, tmp_path) -> None:
     assert "dW columns: dW = dQᵀX." in result.out  # the captures hold the layer input X
     assert "no layer input X" not in result.out
     assert "set replay.baseline" not in result.out  # declared in suite.json, not inferred
-    assert "K-shift leak" in run_cli("report", store, "--table", "metrics").out
+    assert "key_shift_leak" in run_cli("report", store, "--format", "csv", "--table", "metrics").out
     summary = json.loads(run_cli("report", store, "--format", "json").out)[0]["summary"]
     for row in summary:  # every variant trained with attention stats every 10 steps
         assert row["peak_logit"] > 0 and 0 < row["median_leak"] < 1
@@ -173,6 +180,8 @@ def test_report_with_a_logit_runaway_rule(run_cli, tmp_path) -> None:
     assert at_20.code == 0, at_20.err
     assert "went above 100 (or was not finite), or the run diverged first by step 20" in at_20.out
     assert "1/1" not in at_20.out and "0/1" in at_20.out
+    beyond = run_cli("report", str(root), "--failure", "logit-runaway", "--failure-layer", "9")
+    assert beyond.code == 2 and "failure.layers: layer 9 out of range 0..1" in beyond.err
 
 
 def test_report_fits_100_columns_unless_wide(run_cli, tmp_path) -> None:

@@ -25,6 +25,24 @@ def test_spec_from_yaml(run_cli, tmp_path) -> None:
     assert data["block_n"] is None and data["accumulator"] == "bf16"
 
 
+def test_spec_preset_argument_starts_the_config_fields(run_cli, tmp_path) -> None:
+    path = tmp_path / "k.yaml"
+    path.write_text("beta: 4\n")
+    result = run_cli("spec", "sfa", "--config", str(path), "--format", "json")
+    assert result.code == 0
+    data = json.loads(result.out)
+    assert (data["softmax"], data["beta"], data["label"]) == ("stabilized", 4.0, "sfa+beta=4")
+
+
+def test_spec_refuses_two_different_presets(run_cli, tmp_path) -> None:
+    path = tmp_path / "k.yaml"
+    path.write_text("preset: sfa\nbeta: 4\n")
+    result = run_cli("spec", "paper-code", "--config", str(path))
+    assert result.code == 2
+    assert "give one" in result.err and len(result.err.strip().splitlines()) == 1
+    assert run_cli("spec", "sfa", "--config", str(path)).code == 0  # the same preset twice
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

@@ -13,6 +13,7 @@ import pytest
 from flashprobe.data import DataConfig, open_dataset
 from flashprobe.data.python_corpus import (
     MANIFEST,
+    built_python_corpus,
     list_sources,
     python_corpus,
     source_roots,
@@ -143,3 +144,13 @@ def test_dataset_from_config_records_the_digest(tmp_path, monkeypatch) -> None:
 def test_config_errors(fields, message) -> None:
     with pytest.raises(FlashprobeError, match=message):
         open_dataset(DataConfig(**fields))
+
+
+def test_a_lookup_builds_nothing_and_finds_what_was_built(tmp_path) -> None:
+    roots, cache = make_tree(tmp_path), tmp_path / "cache"
+    assert built_python_corpus(0.5, cache_dir=cache, roots=roots) is None
+    assert not cache.exists()
+    corpus = python_corpus(0.5, cache_dir=cache, roots=roots, progress=False)
+    found = built_python_corpus(0.5, cache_dir=cache, roots=roots)
+    assert found is not None and found.folder == corpus.folder and found.digest == corpus.digest
+    assert built_python_corpus(0.5, max_bytes=40, cache_dir=cache, roots=roots) is None

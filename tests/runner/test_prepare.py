@@ -42,6 +42,13 @@ def test_bad_replay_sections_are_refused_with_the_suite(
         prepare_suite(path)
 
 
+def test_a_failure_layer_the_model_lacks_is_refused_with_the_suite(tmp_path, make_suite) -> None:
+    path = tmp_path / "suite.yaml"
+    path.write_text(json.dumps(make_suite(failure={"event": "logit-runaway", "layers": [9]})))
+    with pytest.raises(FlashprobeError, match=r"failure\.layers: layer 9 out of range 0\.\.1"):
+        prepare_suite(path, check_machine=False)
+
+
 def test_replay_settings_of_a_suite(make_suite) -> None:
 
     assert replay_settings(suite_of(make_suite())) is None

@@ -80,6 +80,8 @@ def test_validator_runs_on_every_cell_before_anything() -> None:
         ({**RAW, "colour": 1}, "unknown suite key 'colour'"),
         ({**RAW, "seeds": [0, 0]}, "seeds repeat"),
         ({**RAW, "seeds": ["a"]}, "seeds must be"),
+        ({**RAW, "seeds": 3}, r"seeds must be a list of integers, got 3 \(seed 3 alone: \[3\]"),
+        ({**RAW, "seeds": []}, "seeds must be"),
         ({**RAW, "axes": {"train.lr": []}}, "non-empty list"),
         ({**RAW, "branch": {"from": "nope", "step": 1}}, "branch.from"),
         ({**RAW, "branch": {"from": "baseline", "step": -1}}, "branch.step"),

@@ -22,7 +22,10 @@ from flashprobe.train import LoopConfig, TrainConfig
         ({"train": {"steps": 0}}, "train.steps must be >= 1"),
         ({"divergence": {"rise_factor": 0.5}}, "divergence.rise_factor must be > 1"),
         ({"divergence": {"spike_sigma": True}}, "divergence.spike_sigma must be a number"),
-        ({"metrics": {"capture_layers": [7]}}, "metrics.capture_layers: layer 7 out of range"),
+        (
+            {"metrics": {"capture_layers": [7]}},
+            r"capture.layers \(metrics.capture_layers\): layer 7 out of range",
+        ),
         ({"metrics": {"eval_every": None}}, "metrics.eval_every must be an integer"),
         ({"model": {"n_head": 0}}, "model.n_head must be >= 1"),
         ({"data": {"source": "owt"}}, "data.source must be one of"),

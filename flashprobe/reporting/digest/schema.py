@@ -229,6 +229,43 @@ class Digest:
 
 
 # -- loading --------------------------------------------------------------------------------
+_NULL = type(None)
+_CONFIG_SECTIONS = ("model", "data", "optimizer", "schedule", "train", "divergence", "metrics",
+                    "capture")  # fmt: skip
+_NUMBER = (int, float, _NULL)
+_TYPE_WORDS = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
+               list: "a list", Mapping: "an object", _NULL: "null"}  # fmt: skip
+#: The fields the reports read, and the JSON types they must have where present (null only
+#: where the writer may copy one: the store's reader takes it there in cell.json, summary.json
+#: and config.json). A parent comes before its fields.
+_DIGEST_TYPES: dict[str, tuple[type, ...]] = {
+    "store": (str, _NULL),
+    "every": (int, _NULL),
+    "written_by": (Mapping, _NULL),
+}
+_CELL_TYPES: dict[str, tuple[type, ...]] = {
+    "meta.suite": (str,),
+    "meta.variant": (str,),
+    "meta.seed": (int,),
+    "meta.point": (list,),
+    "meta.key": (str,),
+    "meta.code_version": (str,),
+    "meta.branch_from": (str, _NULL),
+    "meta.branch_step": (int, _NULL),
+    "meta.source_key": (str, _NULL),
+    "summary.status": (str, _NULL),
+    "summary.steps_done": (int, _NULL),
+    "summary.diverged": (bool, _NULL),
+    "summary.diverged_step": (int, _NULL),
+    "summary.divergence_rule": (str, _NULL),
+    **{f"summary.{n}": _NUMBER for n in ("final_loss", "min_loss", "final_val_loss")},
+    **{f"config.{section}": (Mapping, _NULL) for section in _CONFIG_SECTIONS},
+    "config.train.steps": (int,),
+    "config.divergence.min_step": (int,),
+    "divergence.step": (int,),
+}
+
+
 def load_digest(path: str | Path, order: int = 0) -> Digest:
     """Read a digest of any version; `order` is its place among the digests pooled (later
     counts as later when runs carry no start time)."""
@@ -272,13 +309,15 @@ def _parse(data: Any, path: Path, order: int) -> Digest:
     suites = data.get("suites") or {}
     if not isinstance(suites, Mapping):
         raise FlashprobeError(f"not a flashprobe digest: {path} (suites is not an object)")
-    every = data.get("every")
+    _check_types(data, _DIGEST_TYPES, "")
+    for name, suite in suites.items():
+        _check_type(suite, (Mapping,), f"suites.{name}")
     return Digest(
         path,
         version,
         tuple(_v2_cell(c, path, order, i, version) for i, c in enumerate(cells)),
         suites,
-        every if isinstance(every, int) else None,
+        data.get("every"),
     )
 
 
@@ -364,7 +403,32 @@ def _cell_mapping(raw: Any, path: Path, index: int) -> Mapping[str, Any]:
         raise FlashprobeError(f"not a flashprobe digest: {path} (cell {index} has no meta object)")
     if "variant" not in raw["meta"]:
         raise FlashprobeError(f"not a flashprobe digest: {path} (cell {index}'s meta: no variant)")
+    _check_types(raw, _CELL_TYPES, f"cell {index}: ")
+    for pair in raw["meta"].get("point") or []:
+        if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)):
+            raise ValueError(f"cell {index}: meta.point must be a list of [name, value] pairs")
     return raw
+
+
+def _check_types(raw: Mapping[str, Any], types: Mapping[str, tuple[type, ...]], where: str) -> None:
+    """Each dotted field present (under objects present) has one of its types (bool is not an
+    integer)."""
+    for name, allowed in types.items():
+        *parents, key = name.split(".")
+        value: Any = raw
+        for part in parents:
+            value = value.get(part) if isinstance(value, Mapping) else None
+        if not isinstance(value, Mapping) or key not in value:
+            continue
+        _check_type(value[key], allowed, f"{where}{name}")
+
+
+def _check_type(value: Any, allowed: tuple[type, ...], name: str) -> None:
+    if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+        words = [_TYPE_WORDS[t] for t in allowed if not (t is int and float in allowed)]
+        got = json.dumps(value, default=str)
+        got = got if len(got) <= 40 else got[:37] + "..."
+        raise ValueError(f"{name} must be {' or '.join(words)}, not {got}")
 
 
 def _records(value: Any, name: str, index: int, kind: type) -> list[Any]:

@@ -5,22 +5,29 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from flashprobe.cli import main
 from flashprobe.errors import FlashprobeError
 from flashprobe.reporting.digest.schema import load_digest
 from flashprobe.reporting.digest.writer import build_digest, write_digest
 
 RESULTS = Path(__file__).parents[3] / "docs" / "results"
-# v1 digests are lists of cells (the other JSON files there are benchmark results)
-OLD_DIGESTS = sorted(
-    p for p in RESULTS.glob("*.json") if isinstance(json.loads(p.read_text()), list)
-)
+_COMMITTED = {p: json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json"))}
+# v1 digests are lists of cells, later ones objects (the other JSON files there are benchmark
+# results)
+OLD_DIGESTS = [p for p, raw in _COMMITTED.items() if isinstance(raw, list)]
+DIGESTS = [
+    p
+    for p, raw in _COMMITTED.items()
+    if isinstance(raw, dict) and raw.get("format") == "flashprobe-digest"
+]
 
 
-def test_the_committed_v1_digests_are_found() -> None:
-    assert len(OLD_DIGESTS) >= 3
+def test_the_committed_digests_are_found() -> None:
+    assert len(OLD_DIGESTS) >= 3 and len(DIGESTS) >= 5
 
 
 def test_round_trip(tiny_store: Path, tmp_path: Path) -> None:
@@ -128,3 +135,98 @@ def test_missing_folder_and_binary_files(tmp_path: Path) -> None:
     blob.write_bytes(b"\xff\xfe\x00binary")
     with pytest.raises(FlashprobeError, match="not text"):
         load_digest(blob)
+
+
+@pytest.mark.parametrize("path", DIGESTS, ids=[p.name for p in DIGESTS])
+def test_every_committed_digest_loads(path: Path) -> None:
+    raw = json.loads(path.read_text())
+    digest = load_digest(path)
+    assert digest.version == raw["version"] and len(digest.cells) == len(raw["cells"])
+
+
+def _typed_digest(make: Any) -> dict[str, Any]:
+    """A v3 digest of a diverged and a finished run, with every null the writer writes."""
+    diverged, done = make.cell("a", 0, diverged=50), make.cell("a", 1)
+    for cell in (diverged, done):
+        cell["meta"] |= {"branch_from": None, "branch_step": None, "source_key": None}
+        cell["summary"] |= {"status": "done", "final_loss": 2.5, "final_val_loss": None,
+                            "divergence_rule": None}  # fmt: skip
+        cell["checkpoint_step"] = cell["replay"] = cell["environment"] = None
+        cell["config"]["capture"] = None  # the store reads a null config section
+    return {"format": "flashprobe-digest", "version": 3, "store": "/tmp/x", "every": 10,
+            "written_by": {"flashprobe": "0.1.0"}, "suites": {"s": {"name": "s"}},
+            "cells": [diverged, done]}  # fmt: skip
+
+
+def test_the_well_typed_digest_loads(tmp_path: Path, make: Any) -> None:
+    path = tmp_path / "good.json"
+    path.write_text(json.dumps(_typed_digest(make)))
+    first, second = load_digest(path).cells
+    assert first.diverged_step == 50 and first.planned_steps == 100 and first.seed == 0
+    assert second.diverged_step is None and second.suite == "s" and second.point == ()
+
+
+#: A field of cell 0 (suites.NAME: of the digest) with a wrong type → the end of the error.
+WRONG_TYPES = [
+    ("meta.seed", "zero", 'meta.seed must be an integer, not "zero"'),
+    ("meta.seed", None, "meta.seed must be an integer, not null"),
+    ("meta.seed", [1], r"meta.seed must be an integer, not \[1\]"),
+    ("meta.seed", True, "meta.seed must be an integer, not true"),
+    ("meta.point", "x", 'meta.point must be a list, not "x"'),
+    ("meta.point", [["lr"]], r"meta.point must be a list of \[name, value\] pairs"),
+    ("config.train", "x", 'config.train must be an object or null, not "x"'),
+    ("config.divergence", 5, "config.divergence must be an object or null, not 5"),
+    ("config.train.steps", "many", 'config.train.steps must be an integer, not "many"'),
+    ("summary.diverged_step", "x", 'summary.diverged_step must be an integer or null, not "x"'),
+    ("meta.branch_step", "x", 'meta.branch_step must be an integer or null, not "x"'),
+    ("meta.suite", None, "meta.suite must be a string, not null"),
+    ("meta.variant", 5, "meta.variant must be a string, not 5"),
+    ("suites.s", 5, "suites.s must be an object, not 5"),
+]
+WRONG_IDS = [f"{field}={json.dumps(value)}" for field, value, _ in WRONG_TYPES]
+
+
+def _wrongly_typed(make: Any, tmp_path: Path, field: str, value: Any) -> Path:
+    raw = _typed_digest(make)
+    *parents, key = field.split(".")
+    target = raw if parents[0] == "suites" else raw["cells"][0]
+    for part in parents:
+        target = target[part]
+    target[key] = value
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+@pytest.mark.parametrize(("field", "value", "message"), WRONG_TYPES, ids=WRONG_IDS)
+def test_wrongly_typed_fields_are_one_line_errors(
+    tmp_path: Path, make: Any, field: str, value: Any, message: str
+) -> None:
+    path = _wrongly_typed(make, tmp_path, field, value)
+    where = "" if field.startswith("suites.") else "cell 0: "
+    with pytest.raises(FlashprobeError, match=f"\\({where}{message}\\)$") as err:
+        load_digest(path)
+    assert "\n" not in str(err.value)
+    assert str(err.value).startswith(f"not a flashprobe digest: {path} (")
+
+
+@pytest.mark.parametrize(("field", "value", "message"), WRONG_TYPES, ids=WRONG_IDS)
+def test_digest_report_and_merge_refuse_wrongly_typed_fields(
+    tmp_path: Path,
+    make: Any,
+    capsys: pytest.CaptureFixture[str],
+    field: str,
+    value: Any,
+    message: str,
+) -> None:
+    bad = _wrongly_typed(make, tmp_path, field, value)
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(_typed_digest(make)))
+    out = tmp_path / "merged.json"
+    for args in (["digest-report", str(bad)], ["digest-merge", str(out), str(good), str(bad)]):
+        with pytest.raises(SystemExit) as exit_:
+            main(args)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2, err
+        assert err.count("\n") == 1 and "not a flashprobe digest" in err and field in err
+    assert not out.exists()
