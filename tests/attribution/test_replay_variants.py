@@ -17,6 +17,8 @@ from flashprobe.attribution.replay import replay_store, replay_suites
 from flashprobe.attribution.replay_settings import ReplaySettings
 from flashprobe.errors import FlashprobeError
 from flashprobe.store import reader as sr
+from flashprobe.suites.bundled import bundled_suites
+from flashprobe.yaml_io import read_yaml
 
 # The synthetic store builder lives with the replay tests (test dirs are not packages).
 _spec = importlib.util.spec_from_file_location(
@@ -263,15 +265,17 @@ def test_the_bundled_attribution_variants_replay_on_quick_shaped_captures(tmp_pa
     store.finish(path, {"diverged": True, "diverged_step": 1400, "steps_done": 1400})
 
     attribution = suite_file_variants("adamw-attribution.yaml")
-    assert len(attribution) == 21
+    declared = read_yaml(bundled_suites()["adamw-attribution"], "suite")["variants"]
+    assert set(attribution) == set(declared)  # every variant of the suite file, none dropped
     ((_, outcome),) = replay_suites(
         tmp_path, "quick", variants_from="adamw-attribution", baseline="paper-code",
         backend="emulator",
     )  # fmt: skip
     assert [c["status"] for c in outcome.cells] == ["replayed"]
     doc = json.loads((tmp_path / "quick" / "replay.json").read_text())
-    assert doc["variants"] == sorted(attribution) and len(doc["untrained_variants"]) == 20
+    assert doc["variants"] == sorted(attribution)
+    assert len(doc["untrained_variants"]) == len(declared) - 1
     assert "paper-code" not in doc["untrained_variants"]
     (source,) = sr.read_cells(tmp_path, "quick")
     records = sr.read_replay(source)["records"]  # type: ignore[index]
-    assert len(records) == 21 * 2 * 12  # variants × layers × heads (one step)
+    assert len(records) == len(declared) * 2 * 12  # variants × layers × heads (one step)
