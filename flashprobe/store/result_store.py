@@ -259,7 +259,7 @@ def _check_meta(meta: Any, path: Path) -> None:
 
 
 #: summary.json fields readers compute with, and their JSON types (null is allowed).
-_SUMMARY_TYPES: dict[str, tuple[type, ...]] = {
+SUMMARY_TYPES: dict[str, tuple[type, ...]] = {
     "status": (str,),
     "steps_done": (int,),
     "final_loss": (int, float),
@@ -282,7 +282,7 @@ def _checked_summary(
     """summary.json with values of the wrong type read as missing (None); what was wrong, and
     where it contradicts cell.json, goes into `problems`."""
     out = dict(summary)
-    for key, types in _SUMMARY_TYPES.items():
+    for key, types in SUMMARY_TYPES.items():
         value = out.get(key)
         wrong_bool = isinstance(value, bool) and bool not in types
         if value is not None and (not isinstance(value, types) or wrong_bool):

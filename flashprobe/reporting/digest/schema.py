@@ -56,6 +56,7 @@ from flashprobe.errors import FlashprobeError
 from flashprobe.reporting.digest.replay import ReplayDigest
 from flashprobe.reporting.digest.replay import finite_number as _number
 from flashprobe.reporting.digest.replay import parse as parse_replay
+from flashprobe.store.result_store import SUMMARY_TYPES
 from flashprobe.suites.cell_config import horizon
 from flashprobe.suites.suite import meta_point, point_label
 
@@ -232,7 +233,6 @@ class Digest:
 _NULL = type(None)
 _CONFIG_SECTIONS = ("model", "data", "optimizer", "schedule", "train", "divergence", "metrics",
                     "capture")  # fmt: skip
-_NUMBER = (int, float, _NULL)
 _TYPE_WORDS = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
                list: "a list", Mapping: "an object", _NULL: "null"}  # fmt: skip
 #: The fields the reports read, and the JSON types they must have where present (null only
@@ -253,12 +253,7 @@ _CELL_TYPES: dict[str, tuple[type, ...]] = {
     "meta.branch_from": (str, _NULL),
     "meta.branch_step": (int, _NULL),
     "meta.source_key": (str, _NULL),
-    "summary.status": (str, _NULL),
-    "summary.steps_done": (int, _NULL),
-    "summary.diverged": (bool, _NULL),
-    "summary.diverged_step": (int, _NULL),
-    "summary.divergence_rule": (str, _NULL),
-    **{f"summary.{n}": _NUMBER for n in ("final_loss", "min_loss", "final_val_loss")},
+    **{f"summary.{name}": (*types, _NULL) for name, types in SUMMARY_TYPES.items()},
     **{f"config.{section}": (Mapping, _NULL) for section in _CONFIG_SECTIONS},
     "config.train.steps": (int,),
     "config.divergence.min_step": (int,),
