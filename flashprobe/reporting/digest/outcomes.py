@@ -52,9 +52,10 @@ class SeedOutcome:
         """What the seed did, in a few words (the outcome table's steps per seed)."""
         if self.status == DIVERGED:
             return f"diverged at {self.step}"
+        flag = f" (gradient runaway from {r.step})" if (r := self.runaway) else ""
         if self.status == NOT_DIVERGED:
-            return f"{self.step}, not diverged"
-        return f"no outcome ({self.why})"
+            return f"{self.step}, not diverged{flag}"
+        return f"no outcome ({self.why}){flag}"
 
     @property
     def runaway(self) -> GradientRunaway | None:

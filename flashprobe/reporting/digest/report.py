@@ -48,7 +48,9 @@ OUTCOME_LEGEND = (
     "n: seeds with an outcome. diverged: k/n. median divergence step: of the diverged seeds "
     "(0-based). steps per seed: its divergence step, or the steps it trained without "
     "diverging; no outcome: cut before finishing (or before the horizon) without diverging "
-    "(≥: it may have trained past its last log or checkpoint), counted neither way."
+    "(≥: it may have trained past its last log or checkpoint), counted neither way. gradient "
+    "runaway from S: not failed by the rule, but its gradient norm reached 100× its earlier "
+    "median at step S (the notes give the numbers; it changes no outcome)."
 )
 CONTROL_COLS = ["variant", "seeds", "bound (steps)", "verdict", "why"]
 DELTA_COLS = ["variant", "layer", "step", "δ error mean", "sign", "t", "heads > 0",
