@@ -86,3 +86,8 @@ def _set_pointer(data: Any, pointer: str, value: float) -> None:
             node = node[int(part)]
         else:
             return
+
+
+def has_type(value: Any, types: tuple[type, ...]) -> bool:
+    """`value` is one of `types` as JSON means it: true and false are no numbers."""
+    return isinstance(value, types) and (not isinstance(value, bool) or bool in types)

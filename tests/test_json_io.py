@@ -57,3 +57,9 @@ def test_old_files_with_nan_tokens_and_bad_flags_still_read() -> None:
     odd = '{"x": 1, "y": null, "_nonfinite": {"/x": "NaN", "/missing/0": "NaN", "/y": "bogus"}}'
     assert json_io.loads(odd) == {"x": 1, "y": None}  # only a null the pointer names is set
     assert json_io.loads("[1, null]") == [1, None]
+
+
+def test_has_type_reads_booleans_as_json_does() -> None:
+    assert json_io.has_type(3, (int,)) and json_io.has_type(2.5, (int, float))
+    assert not json_io.has_type(True, (int,)) and not json_io.has_type(False, (int, float))
+    assert json_io.has_type(True, (bool,)) and not json_io.has_type("3", (int,))

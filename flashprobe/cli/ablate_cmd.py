@@ -165,8 +165,7 @@ def ablate_command(
         planned = plan_run(request, dry_run=True)
         typer.echo(render_plan(fmt, planned))
         if fmt != "table":  # stdout stays one document: the estimate goes to stderr
-            tokens = sum(row["tokens"] for row in planned.rows())
-            for line in estimate_lines(planned, tokens, problems=False):
+            for line in estimate_lines(planned, problems=False):
                 typer.echo(line, err=True)
         for problem in planned.problems if fmt != "table" else ():
             typer.echo(f"flashprobe: not checked here: {problem}", err=True)

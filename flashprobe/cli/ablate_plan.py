@@ -24,10 +24,12 @@ def render_plan(fmt: str, planned: SuitePlan) -> str:
         return render(fmt, rows, columns=PLAN_COLUMNS, headers=HEADERS)
     shown = [{**row, "tokens": format_tokens(row["tokens"])} for row in rows]
     table = render(fmt, shown, columns=PLAN_COLUMNS, headers=HEADERS)
-    return "\n".join([table, "", *estimate_lines(planned, sum(row["tokens"] for row in rows))])
+    return "\n".join([table, "", *estimate_lines(planned)])
 
 
-def estimate_lines(planned: SuitePlan, tokens: int, *, problems: bool = True) -> list[str]:
+def estimate_lines(planned: SuitePlan, *, problems: bool = True) -> list[str]:
+    """Cells and tokens to train, the time where a throughput is known, and (with `problems`)
+    what only the target machine can check."""
     from flashprobe.suites.estimate import (
         describe_times,
         format_tokens,
@@ -37,6 +39,7 @@ def estimate_lines(planned: SuitePlan, tokens: int, *, problems: bool = True) ->
     )
 
     plan, suite = planned.cells, planned.suite
+    tokens = sum(row["tokens"] for row in planned.rows())
     to_run = [p for p in plan if p.action != "skip"]
     device = machine_device()
     lines = [

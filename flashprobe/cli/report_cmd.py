@@ -3,6 +3,7 @@ result store."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import typer
@@ -113,7 +114,9 @@ def report_command(
         from flashprobe.attribution.failure import FailureRule
 
         layers = tuple(failure_layers) if failure_layers else None
-        rule = FailureRule(failure, 1000.0 if logit_limit is None else logit_limit, layers)
+        rule = FailureRule(failure, layers=layers)  # the rule's own default limit unless given
+        if logit_limit is not None:
+            rule = dataclasses.replace(rule, logit_limit=logit_limit)
     reports = build_reports(
         store, suite, baseline=baseline, safe=safe, top=top, failure=rule, horizon=horizon
     )

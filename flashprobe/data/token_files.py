@@ -12,6 +12,22 @@ from flashprobe.errors import FlashprobeError
 TOKEN_DTYPE = np.uint16
 
 
+SPLIT_FILES = ("train.bin", "val.bin")
+
+
+def missing_token_files(folder: Path) -> list[str]:
+    """The split files a token folder lacks (all of them when it does not exist)."""
+    return [name for name in SPLIT_FILES if not (folder / name).is_file()]
+
+
+def check_model_vocab(model_vocab: int | None, data_vocab: int) -> None:
+    """A model vocabulary (None: taken from the data) must hold every token of the data."""
+    if model_vocab is not None and model_vocab < data_vocab:
+        raise FlashprobeError(
+            f"model.vocab_size ({model_vocab}) is smaller than the data's vocabulary ({data_vocab})"
+        )
+
+
 def open_token_file(path: Path) -> np.ndarray:
     if not path.is_file():
         raise FlashprobeError(f"token file not found: {path}")

@@ -14,9 +14,10 @@ from pathlib import Path
 
 from flashprobe.data.config import DataConfig
 from flashprobe.data.dataset import TokenDataset, built_dataset, open_dataset
+from flashprobe.data.token_files import check_model_vocab, missing_token_files
 from flashprobe.errors import FlashprobeError
 from flashprobe.suites.cell_config import resolve_cell_config
-from flashprobe.suites.suite import Cell
+from flashprobe.suites.suite import Cell, variant_names
 
 #: how a dry run's line for a pysource corpus it did not build starts
 NOT_BUILT = "pysource corpus not built on this machine"
@@ -55,30 +56,24 @@ def check_data(cells: Sequence[Cell], *, build: bool = True) -> list[str]:
                     f"{block + 2} tokens; the data has {len(tokens)} ({dataset.description}); "
                     f"{_remedy(data, split)}"
                 )
-        if model.vocab_size is not None and model.vocab_size < dataset.vocab_size:
-            raise FlashprobeError(
-                f"{where}: model.vocab_size ({model.vocab_size}) is smaller than the data's "
-                f"vocabulary ({dataset.vocab_size})"
-            )
+        try:
+            check_model_vocab(model.vocab_size, dataset.vocab_size)
+        except FlashprobeError as exc:
+            raise FlashprobeError(f"{where}: {exc}") from None
     return [
         f"{NOT_BUILT} (data.max_bytes {data.max_bytes or 'default'}): a run builds it first and "
-        f"checks its splits ({_names(variants)})"
+        f"checks its splits ({variant_names(variants)})"
         for data, variants in unchecked.items()
     ]
 
 
 def _open(data: DataConfig, variant: str, build: bool) -> TokenDataset | None:
-    if not build and data.source == "bin" and not _token_folder(data):
+    if not build and data.source == "bin" and missing_token_files(Path(data.path or "")):
         return None  # a dry run elsewhere: machine_problems names the missing folder
     try:
         return open_dataset(data) if build else built_dataset(data)
     except FlashprobeError as exc:
         raise FlashprobeError(f"variant {variant!r}: data: {exc}") from None
-
-
-def _token_folder(data: DataConfig) -> bool:
-    folder = Path(data.path or "")
-    return (folder / "train.bin").is_file() and (folder / "val.bin").is_file()
 
 
 def _remedy(data: DataConfig, split: str) -> str:
@@ -87,8 +82,3 @@ def _remedy(data: DataConfig, split: str) -> str:
     options = ["lower model.block_size"] + (["raise " + " or ".join(larger)] if larger else [])
     options += ["set metrics.eval_every to 0"] if split == "validation" else []
     return ", ".join(options[:-1]) + " or " + options[-1] if len(options) > 1 else options[0]
-
-
-def _names(variants: Sequence[str]) -> str:
-    names = list(dict.fromkeys(variants))
-    return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")

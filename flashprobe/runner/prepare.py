@@ -54,7 +54,7 @@ from flashprobe.errors import FlashprobeError
 from flashprobe.runner.branches import check_branches
 from flashprobe.suites.cell_config import check_runnable, normalise_cell_config, resolve_cell_config
 from flashprobe.suites.estimate import throughputs
-from flashprobe.suites.suite import Suite, load_suite
+from flashprobe.suites.suite import Suite, load_suite, variant_names
 
 
 def prepare_suite(
@@ -96,12 +96,7 @@ def machine_problems(suite: Suite, replay_from: Suite | None = None) -> list[str
             replay_settings(replay_from)
     except FlashprobeError as exc:
         found.setdefault(f"replay: {exc}", [])
-    lines = []
-    for problem, variants in found.items():
-        names = list(dict.fromkeys(variants))
-        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-        lines.append(f"{problem} ({shown})" if names else problem)
-    return lines
+    return [f"{p} ({variant_names(vs)})" if vs else p for p, vs in found.items()]
 
 
 def replay_settings(suite: Suite, *, check_machine: bool = True) -> ReplaySettings | None:

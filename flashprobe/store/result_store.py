@@ -284,8 +284,7 @@ def _checked_summary(
     out = dict(summary)
     for key, types in SUMMARY_TYPES.items():
         value = out.get(key)
-        wrong_bool = isinstance(value, bool) and bool not in types
-        if value is not None and (not isinstance(value, types) or wrong_bool):
+        if value is not None and not json_io.has_type(value, types):
             problems.append(
                 f"summary.json {key} is {type(value).__name__} {value!r:.40} (read as missing)"
             )

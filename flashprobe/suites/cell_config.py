@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 from flashprobe.backends import machine_backend
 from flashprobe.config_tools import build_config, check_fields, require
-from flashprobe.data.token_files import token_folder_vocab
+from flashprobe.data.token_files import check_model_vocab, missing_token_files, token_folder_vocab
 from flashprobe.errors import FlashprobeError
 from flashprobe.spec import make_spec
 from flashprobe.train.config import TrainConfig
@@ -174,18 +174,13 @@ def check_runnable(config: TrainConfig, cuda: bool | None = None) -> None:
     data = config.data
     if data.source == "bin":
         folder = Path(data.path or "")
-        missing = [name for name in ("train.bin", "val.bin") if not (folder / name).is_file()]
+        missing = missing_token_files(folder)
         if missing:
             raise FlashprobeError(
                 f"data.path {data.path}: no {missing[0]} there (point it at a nanoGPT token "
                 "folder, e.g. --set data.path=/data/openwebtext)"
             )
-        vocab = token_folder_vocab(folder, data.vocab_size)
-        if config.model.vocab_size is not None and config.model.vocab_size < vocab:
-            raise FlashprobeError(
-                f"model.vocab_size ({config.model.vocab_size}) is smaller than the data's "
-                f"vocabulary ({vocab})"
-            )
+        check_model_vocab(config.model.vocab_size, token_folder_vocab(folder, data.vocab_size))
     config.train.accumulation(int(os.environ.get("WORLD_SIZE", "1")))
 
 

@@ -352,6 +352,12 @@ def _variants(value: Any) -> dict[str, Any]:
     return out
 
 
+def variant_names(variants: Iterable[str]) -> str:
+    """Variant names for a one-line message: each once, at most four, then how many more."""
+    names = list(dict.fromkeys(variants))
+    return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+
+
 def _mapping(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise FlashprobeError(f"{where} must be a mapping, got {type(value).__name__}")

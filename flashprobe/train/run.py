@@ -33,6 +33,7 @@ from torch.nn.parallel import DistributedDataParallel
 from flashprobe import json_io
 from flashprobe.data.dataset import TokenDataset, open_dataset
 from flashprobe.data.sampler import BatchSampler, batch_at, rank_share
+from flashprobe.data.token_files import check_model_vocab
 from flashprobe.errors import FlashprobeError
 from flashprobe.model.gpt import GPT
 from flashprobe.reporting.atomic import default_mode, write_text_atomic
@@ -167,13 +168,9 @@ class _Run:
         self.micro_batch, self.accumulation = config.train.accumulation(dist.world_size)
         self.dataset: TokenDataset = open_dataset(config.data)
         model_config = config.model
+        check_model_vocab(model_config.vocab_size, self.dataset.vocab_size)
         if model_config.vocab_size is None:
             model_config = model_config.with_vocab(self.dataset.vocab_size)
-        elif model_config.vocab_size < self.dataset.vocab_size:
-            raise FlashprobeError(
-                f"model.vocab_size ({model_config.vocab_size}) is smaller than the data's "
-                f"vocabulary ({self.dataset.vocab_size})"
-            )
         if dist.device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = config.train.allow_tf32
             torch.backends.cudnn.allow_tf32 = config.train.allow_tf32

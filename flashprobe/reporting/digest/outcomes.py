@@ -26,6 +26,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from flashprobe.attribution.failure import FailureRule
@@ -57,7 +58,7 @@ class SeedOutcome:
             return f"{self.step}, not diverged{flag}"
         return f"no outcome ({self.why}){flag}"
 
-    @property
+    @cached_property  # read by the label, the JSON and the notes
     def runaway(self) -> GradientRunaway | None:
         """A seed that did not diverge: its gradient-norm runaway within its steps, if any."""
         if self.status == DIVERGED:

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flashprobe import json_io
 from flashprobe.errors import FlashprobeError
 from flashprobe.reporting.digest.replay import ReplayDigest
 from flashprobe.reporting.digest.replay import finite_number as _number
@@ -419,7 +420,7 @@ def _check_types(raw: Mapping[str, Any], types: Mapping[str, tuple[type, ...]], 
 
 
 def _check_type(value: Any, allowed: tuple[type, ...], name: str) -> None:
-    if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+    if not json_io.has_type(value, allowed):
         words = [_TYPE_WORDS[t] for t in allowed if not (t is int and float in allowed)]
         got = json.dumps(value, default=str)
         got = got if len(got) <= 40 else got[:37] + "..."
