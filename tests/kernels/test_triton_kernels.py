@@ -273,6 +273,7 @@ EMULATOR_SPECS = {
     "o_recompute-p32": make_spec("fa2", {"delta_source": "o_recompute", "p_bar_precision": "fp32"}),
     "o_fp32-ds32": make_spec("fa2", {"delta_source": "o_fp32", "ds_precision": "fp32"}),
     "row-sum-bias": make_spec("fa2", {"row_sum_bias": 0.01, "delta_source": "o_fp32"}),
+    "score16-row-sum-bias": make_spec("fa2", {"score_precision": "bf16", "row_sum_bias": 2e-4}),
 }
 
 
