@@ -114,13 +114,9 @@ def digest_report_command(
 
       flashprobe digest-report quick.json --cell fa2:0 --cell paper-code:0 --rise-from 500
     """
-    from flashprobe.reporting.digest.report import (
-        FORMATS,
-        build_digest_reports,
-        load_digests,
-        render_digest_reports,
-    )
+    from flashprobe.reporting.digest.report import build_digest_reports, load_digests
     from flashprobe.reporting.digest.rise import RiseRule
+    from flashprobe.reporting.digest.tables import FORMATS, render_digest_reports
 
     if fmt not in FORMATS:
         raise FlashprobeError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")

@@ -8,7 +8,7 @@ digest.schema). `flashprobe digest-report` pools the digests of several sessions
 control check (digest.outcomes) against a reference (digest.reference), the paper's mechanism
 metrics (digest.rise: which layer's W_Q / W_K spectral norm rises first; digest.attention: tie
 and P̄ = 1 counts, max logits; digest.replay: the δ error's sign, t and running sum) as tables
-(digest.report) and figures (digest.figures).
+(digest.report builds them, digest.tables renders them) and figures (digest.figures).
 
     writer      store → digest file
     schema      the format, its versions, and the loader (reads every version)
@@ -19,6 +19,7 @@ and P̄ = 1 counts, max logits; digest.replay: the δ error's sign, t and runnin
     reference   the reference's runs of a suite, or of another suite of the same regime
     rise        per-layer spectral norm trajectories and the rise rule
     attention   per-layer max logit, tie and P̄ = 1 counts
-    report      the tables (markdown, text, JSON)
+    report      one report per suite: outcomes, controls, ranking, rises, attention, notes
+    tables      the reports as tables (markdown, text, JSON)
     figures     the PNG figures (matplotlib)
 """

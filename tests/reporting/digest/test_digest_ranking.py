@@ -11,11 +11,8 @@ import pytest
 
 from flashprobe.attribution.ranking import fisher_exact
 from flashprobe.errors import FlashprobeError
-from flashprobe.reporting.digest.report import (
-    build_digest_reports,
-    load_digests,
-    render_digest_reports,
-)
+from flashprobe.reporting.digest.report import build_digest_reports, load_digests
+from flashprobe.reporting.digest.tables import render_digest_reports
 from flashprobe.spec import make_spec
 from flashprobe.suites.cell_config import resolve_cell_config
 from flashprobe.suites.declared import declared_config
