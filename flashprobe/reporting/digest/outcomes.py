@@ -13,9 +13,10 @@ outcome; Fisher's exact test compares its diverged/n with the reference variant'
 grid point (attribution.ranking.fisher_exact), the reference's runs in this suite or in the
 suite it is borrowed from (digest.reference).
 
-A seed that did not diverge may still have run away in its gradient norm short of the loss
-rule (attribution.runaway): `SeedOutcome.runaway` finds it, the report names it; it never
-changes an outcome.
+A seed's gradient norm may run away (attribution.runaway) short of the loss rule, or long
+before the rule fires (AdamW attribution, `fa2-score-l-bf16` seed 1: from 2,019, the rule at
+3,102): `SeedOutcome.runaway` finds it by the seed's last step (a diverged seed's divergence
+step), the report names it; it never changes an outcome.
 
 The control check (issue 23): a variant passes when none of its seeds diverged within twice the
 reference's median divergence step and every seed ran at least that far.
@@ -51,18 +52,16 @@ class SeedOutcome:
     @property
     def label(self) -> str:
         """What the seed did, in a few words (the outcome table's steps per seed)."""
-        if self.status == DIVERGED:
-            return f"diverged at {self.step}"
         flag = f" (gradient runaway from {r.step})" if (r := self.runaway) else ""
+        if self.status == DIVERGED:
+            return f"diverged at {self.step}{flag}"
         if self.status == NOT_DIVERGED:
             return f"{self.step}, not diverged{flag}"
         return f"no outcome ({self.why}){flag}"
 
     @cached_property  # read by the label, the JSON and the notes
     def runaway(self) -> GradientRunaway | None:
-        """A seed that did not diverge: its gradient-norm runaway within its steps, if any."""
-        if self.status == DIVERGED:
-            return None
+        """The seed's gradient-norm runaway by its last step (or divergence step), if any."""
         return gradient_runaway(((s, g) for s, _, g in self.cell.loss), self.step)
 
     def to_dict(self) -> dict[str, Any]:

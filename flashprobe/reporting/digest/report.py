@@ -22,6 +22,7 @@ from flashprobe.attribution.runaway import runaway_note
 from flashprobe.errors import FlashprobeError
 from flashprobe.reporting.digest import attention as att
 from flashprobe.reporting.digest.outcomes import (
+    DIVERGED,
     Branch,
     ControlCheck,
     VariantOutcome,
@@ -394,4 +395,5 @@ def _run_notes(
 def _runaway_notes(outcomes: Sequence[VariantOutcome]) -> list[str]:
     """Seeds the loss rule did not count as diverged whose gradient norm ran away."""
     return runaway_note((o.variant, s.seed, runaway)
-                        for o in outcomes for s in o.seeds if (runaway := s.runaway))  # fmt: skip
+                        for o in outcomes for s in o.seeds
+                        if s.status != DIVERGED and (runaway := s.runaway))  # fmt: skip

@@ -30,8 +30,9 @@ OUTCOME_LEGEND = (
     "(0-based). steps per seed: its divergence step, or the steps it trained without "
     "diverging; no outcome: cut before finishing (or before the horizon) without diverging "
     "(≥: it may have trained past its last log or checkpoint), counted neither way. gradient "
-    "runaway from S: not failed by the rule, but its gradient norm reached 100× its earlier "
-    "median at step S (the notes give the numbers; it changes no outcome)."
+    "runaway from S: its gradient norm reached 100× its earlier median at step S, before the "
+    "rule fired or without it firing (the notes give the numbers of the latter; it changes no "
+    "outcome)."
 )
 CONTROL_COLS = ["variant", "seeds", "bound (steps)", "verdict", "why"]
 DELTA_COLS = ["variant", "layer", "step", "δ error mean", "sign", "t", "heads > 0",

@@ -162,8 +162,9 @@ def test_a_seed_the_loss_rule_let_pass_names_its_gradient_runaway(tmp_path: Path
     assert outcomes[0].status == NOT_DIVERGED and outcomes[0].runaway is not None
     assert outcomes[0].to_dict()["gradient_runaway"]["step"] == 220
     assert outcomes[1].runaway is None and outcomes[1].to_dict()["gradient_runaway"] is None
-    assert outcomes[2].runaway is None  # diverged: the loss rule has it already
+    assert outcomes[2].runaway is not None and outcomes[2].runaway.step == 220  # before 225
     assert outcomes[3].status == NO_OUTCOME and outcomes[3].runaway is None  # not by step 215
     # the outcome table's steps per seed carries the flag, the counts do not change
     assert outcomes[0].label.endswith("not diverged (gradient runaway from 220)")
-    assert outcomes[1].label.endswith("not diverged") and "runaway" not in outcomes[2].label
+    assert outcomes[1].label.endswith("not diverged")
+    assert outcomes[2].label == "diverged at 225 (gradient runaway from 220)"
