@@ -150,8 +150,8 @@ def validate(config: BiasConfig) -> list[Variant]:
         raise FlashprobeError(f"--rows must be at least 2 (a t-statistic needs rows), got {c.rows}")
     if c.head_dim < 1:
         raise FlashprobeError(f"--head-dim must be at least 1, got {c.head_dim}")
-    if c.seed < 0:
-        raise FlashprobeError(f"--seed must be >= 0, got {c.seed}")
+    if not 0 <= c.seed < 2**64:  # torch.Generator.manual_seed takes 64 bits
+        raise FlashprobeError(f"--seed must be in [0, 2**64), got {c.seed}")
     if c.score_grid not in SCORE_GRIDS:
         raise FlashprobeError(
             f"--score-grid must be one of {', '.join(SCORE_GRIDS)}, got {c.score_grid!r}"

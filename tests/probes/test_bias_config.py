@@ -44,6 +44,7 @@ def test_bad_variants(text: str) -> None:
         {"gap": (0.0, 1.0)},
         {"head_dim": 0},
         {"seed": -1},
+        {"seed": 2**64},  # torch.Generator.manual_seed takes 64 bits
         {"tie_placement": "middle"},
         {"score_grid": "fp16"},
         {"device": "tpu"},
