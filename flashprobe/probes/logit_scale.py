@@ -42,6 +42,9 @@ DEFAULT_LOGITS = (10.0, 100.0, 1000.0, 4000.0)
 DEFAULT_VARIANTS = ("fa2", "paper-code", "sfa", "paper-sfa", "fp32")
 #: Larger problems than this many score elements per head would take minutes on a CPU.
 MAX_SCORES_PER_HEAD = 1 << 24
+#: Elements of the largest fp64 tensor (heads × seq × max(seq, head_dim)): 2 GiB; more would
+#: fail in the allocator with a traceback, or swap.
+MAX_ELEMENTS = 1 << 28
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,12 @@ class LogitScaleConfig:
             raise FlashprobeError(
                 f"--seq {self.seq} is too long for the CPU emulator (at most "
                 f"{math.isqrt(MAX_SCORES_PER_HEAD)})"
+            )
+        elements = self.heads * self.seq * max(self.seq, self.head_dim)
+        if elements > MAX_ELEMENTS:
+            raise FlashprobeError(
+                f"--heads × --seq × max(--seq, --head-dim) = {elements:,} is too large for the "
+                f"CPU emulator (at most {MAX_ELEMENTS:,}); lower --heads, --seq or --head-dim"
             )
 
     def to_dict(self) -> dict[str, Any]:

@@ -131,6 +131,9 @@ def test_bad_variants(text: str, message: str) -> None:
         ({"heads": 0}, "--heads must be at least 1"),
         ({"head_dim": 48}, "--head-dim must be a power of two"),
         ({"seq": 8192}, "too long for the CPU emulator"),
+        # within the per-head limit, but hundreds of GB in all: refused before allocating
+        ({"seq": 4096, "heads": 2000}, "too large for the CPU emulator"),
+        ({"head_dim": 1 << 40}, "too large for the CPU emulator"),
     ],
 )
 def test_bad_configs(overrides: dict, message: str) -> None:
