@@ -203,6 +203,12 @@ def replay_cells(
             f"nothing replayed: the {settings.sources} cells of suite {suite!r} hold no captures "
             "(set capture: {layers: [...], steps: [...]} in the suite)"
         )
+        folder = cells[0].path.parent
+        if sr.read_suite_replay(folder) is not None:
+            # captures deleted after a replay: an empty summary would wipe what report ranks with
+            kept = folder / sr.REPLAY_FILE
+            notes.append(f"kept the earlier {kept} (its captures are gone)")
+            return ReplayOutcome(suite, roles, results, str(kept), notes)
     suite_doc = {
         "format": FORMAT,
         "suite": suite,
