@@ -206,10 +206,12 @@ def make_spec(
         fields.update(body)
     else:
         raise FlashprobeError(f"kernel spec must be a preset name or a mapping, got {base!r}")
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise FlashprobeError(f"overrides must be a mapping of fields, got {overrides!r}")
     fields.update(overrides or {})
     if not fields:
         return start  # frozen and already validated: no copy (a per-call path of `attention`)
-    unknown = sorted(set(fields) - set(FIELD_NAMES))
+    unknown = sorted(set(fields) - set(FIELD_NAMES), key=str)  # keys of any type: 1 and 'x'
     if unknown:
         raise FlashprobeError(
             f"unknown kernel spec field {unknown[0]!r}; known fields: {', '.join(FIELD_NAMES)}"

@@ -196,6 +196,21 @@ def test_bad_base(base: object) -> None:
         make_spec(base)  # type: ignore[arg-type]
 
 
+def test_mixed_key_types_name_the_unknown_field() -> None:
+    """A mapping with a non-string key (YAML `1: x`, a Python dict) is an unknown field, not
+    a TypeError from sorting str against int."""
+    with pytest.raises(FlashprobeError, match="unknown kernel spec field 1;"):
+        make_spec({1: 2, "colour": "red"})
+    with pytest.raises(FlashprobeError, match="unknown kernel spec field 1;"):
+        make_spec("fa2", {1: 2, "beta": 4})
+
+
+@pytest.mark.parametrize("overrides", [["beta"], "beta=4", 4])
+def test_overrides_must_be_a_mapping(overrides: object) -> None:
+    with pytest.raises(FlashprobeError, match="overrides must be a mapping of fields"):
+        make_spec("fa2", overrides)  # type: ignore[arg-type]
+
+
 def test_unknown_preset() -> None:
     with pytest.raises(FlashprobeError, match="unknown preset 'fa3'; choose one of: fa2"):
         make_spec("fa3")
