@@ -104,6 +104,12 @@ def test_parse_assignments_reads_yaml_scalars() -> None:
         parse_assignments(["block_n"])
 
 
+def test_parse_assignments_can_refuse_a_repeated_key() -> None:
+    assert parse_assignments(["beta=3", "beta=4"]) == {"beta": 4}  # --set: the last one wins
+    with pytest.raises(FlashprobeError, match="'beta' given twice"):
+        parse_assignments(["beta=3", " beta =4"], unique=True)
+
+
 def test_parse_assignments_reads_exponent_floats() -> None:
     # YAML 1.1 would keep '4e-3' a string; users (and YAML 1.2) mean a number.
     assert parse_assignments(["tie_tolerance=4e-3", "beta=2E+0"]) == {

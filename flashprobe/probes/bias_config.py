@@ -98,7 +98,10 @@ def parse_variant(text: str) -> Variant:
     items = [p for p in rest.split(",") if p.strip()] if sep else []
     if sep and not items:
         raise FlashprobeError(f"variant {text!r}: nothing after ':'")
-    assigned = parse_assignments(items)
+    try:
+        assigned = parse_assignments(items, unique=True)
+    except FlashprobeError as exc:
+        raise FlashprobeError(f"variant {text!r}: {exc}") from None
     data = {k: v for k, v in assigned.items() if k in DATA_KEYS}
     fields = {k: v for k, v in assigned.items() if k not in DATA_KEYS}
     unknown = sorted(set(fields) - set(FIELD_NAMES))

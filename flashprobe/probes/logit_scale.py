@@ -147,7 +147,7 @@ def parse_variant(text: str) -> tuple[str, KernelSpec]:
     if sep and not items:
         raise FlashprobeError(f"variant {text!r}: nothing after ':'")
     try:
-        return text.strip(), make_spec(base, parse_assignments(items))
+        return text.strip(), make_spec(base, parse_assignments(items, unique=True))
     except FlashprobeError as exc:
         raise FlashprobeError(f"variant {text!r}: {exc}") from None
 

@@ -57,6 +57,13 @@ def test_bad_config(kw: dict) -> None:
         validate(BiasConfig(**kw))
 
 
+def test_a_key_given_twice_is_refused() -> None:
+    # `paper-code:ties=1,ties=2` used to run ties=2 without a word
+    for text in ("paper-code:ties=1,ties=2", "sfa:beta=3,beta=4"):
+        with pytest.raises(FlashprobeError, match="given twice"):
+            parse_variant(text)
+
+
 def test_default_beta_must_exceed_one() -> None:
     with pytest.raises(FlashprobeError, match="beta"):
         default_variants([0.5])

@@ -111,6 +111,7 @@ def test_parse_variant() -> None:
         ("fa2:", "nothing after ':'"),
         ("fa2:ties=2", "unknown kernel spec field 'ties'"),
         ("fa2:block_n=3", "variant 'fa2:block_n=3'"),
+        ("fa2:beta=3,beta=4", "'beta' given twice"),  # silently beta=4 before
     ],
 )
 def test_bad_variants(text: str, message: str) -> None:
