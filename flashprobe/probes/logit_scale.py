@@ -272,4 +272,9 @@ def variants_from_options(
                     f"{suite_file} with different kernels"
                 )
             chosen.setdefault(name, spec)
+        if not chosen:  # one line naming why, not a note plus "needs at least one variant"
+            raise FlashprobeError(
+                f"--variants-from {suite_file}: no variant runs one flashprobe kernel in every "
+                f"layer (left out: {', '.join(left_out)})"
+            )
     return chosen, left_out

@@ -171,6 +171,20 @@ def test_suite_variants_without_one_kernel_are_left_out() -> None:
     assert "paper-code" in kernels
 
 
+def test_a_suite_without_one_kernel_variant_is_one_error(tmp_path) -> None:
+    """Every variant left out: one error naming them (was a stderr note, then "needs at least
+    one variant" on a second line)."""
+    suite = tmp_path / "sdpa.yaml"
+    suite.write_text(
+        "name: sdpa\nbase: {train: {device: cpu}, model: {attention: {impl: sdpa}}}\n"
+        "variants: {a: {}, b: {}}\n"
+    )
+    with pytest.raises(FlashprobeError, match=r"flashprobe kernel .*\(left out: a, b\)"):
+        variants_from_options([], str(suite))
+    chosen, left_out = variants_from_options(["fa2"], str(suite))  # --variant still runs
+    assert list(chosen) == ["fa2"] and left_out == ["a", "b"]
+
+
 def test_variant_options() -> None:
     chosen, _ = variants_from_options([], None)
     assert list(chosen) == ["fa2", "paper-code", "sfa", "paper-sfa", "fp32"]
