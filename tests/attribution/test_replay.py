@@ -167,6 +167,17 @@ def test_captures_gone_leave_the_earlier_suite_replay_alone(tmp_path) -> None:
         assert any("kept" in note and str(suite_file) in note for note in outcome.notes)
 
 
+def test_a_flag_one_suite_cannot_take_stops_before_any_suite_is_replayed(tmp_path) -> None:
+    """`replay --baseline block-m` on a store whose second suite has no block-m: one error,
+    and the first suite's cells and replay.json are left as they were (it used to replay and
+    rewrite them first)."""
+    root = make_store(tmp_path)
+    make_store(root, suite={**SUITE, "name": "zzz", "variants": {"baseline": {}}})
+    with pytest.raises(FlashprobeError, match="suite zzz: no baseline variant 'block-m'"):
+        list(replay_suites(root, baseline="block-m"))
+    assert list(root.glob("*/replay.json")) == list(root.glob("*/*/replay.json")) == []
+
+
 def test_a_superseded_baseline_run_is_not_replayed(tmp_path) -> None:
     """A second run of a baseline seed (here a copy, started later) replaces the first."""
     root = make_store(tmp_path)
