@@ -62,8 +62,13 @@ class LogitScaleConfig:
     def __post_init__(self) -> None:
         if not self.variants:
             raise FlashprobeError("logit-scale needs at least one variant")
-        if not self.logits or any(not math.isfinite(x) or x <= 0 for x in self.logits):
-            raise FlashprobeError(f"--logits must be positive numbers, got {list(self.logits)}")
+        # a logit beyond fp32's range has no score to hold it (the kernels' S is fp32)
+        top = torch.finfo(torch.float32).max
+        if not self.logits or any(not (0 < x < top) for x in self.logits):
+            raise FlashprobeError(
+                f"--logits must be positive numbers below {top:.2g} (fp32 scores), "
+                f"got {list(self.logits)}"
+            )
         if not self.seeds:
             raise FlashprobeError("--seed needs at least one seed")
         if any(not 0 <= seed < 2**63 for seed in self.seeds):

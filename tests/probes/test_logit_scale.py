@@ -125,6 +125,7 @@ def test_bad_variants(text: str, message: str) -> None:
         ({"variants": {}}, "at least one variant"),
         ({"logits": (0.0,)}, "--logits must be positive"),
         ({"logits": (math.nan,)}, "--logits must be positive"),
+        ({"logits": (1e80,)}, "--logits must be positive numbers below 3.4e"),  # ran: NaN table
         ({"seeds": ()}, "at least one seed"),
         ({"seeds": (2**64,)}, "--seed must be in"),
         ({"seeds": (-1,)}, "--seed must be in"),
