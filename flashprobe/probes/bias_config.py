@@ -168,6 +168,9 @@ def validate(config: BiasConfig) -> list[Variant]:
         raise FlashprobeError(f"--gap must satisfy 0 < LO <= HI, got {lo:g}:{hi:g}")
     if not all(math.isfinite(x) for x in c.max_score) or c.max_score[0] > c.max_score[1]:
         raise FlashprobeError(f"--max-score must be finite with LO <= HI, got {c.max_score}")
+    top = torch.finfo(torch.float32).max  # the scores are fp32, as a kernel's q·kᵀ
+    if any(abs(x) >= top for x in c.max_score):
+        raise FlashprobeError(f"--max-score must lie within ±{top:.2g} (fp32), got {c.max_score}")
     for name in ("v_mean", "v_std"):
         if not math.isfinite(getattr(c, name)):
             raise FlashprobeError(f"--{name.replace('_', '-')} must be finite")
