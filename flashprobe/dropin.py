@@ -70,6 +70,11 @@ def sdpa(
             "put the model in eval mode or set its attention dropout to 0"
         )
     kernel_spec = resolve_spec(spec)
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, torch.Tensor):  # before .dim(): an AttributeError says little
+            raise FlashprobeError(
+                f"flashprobe.sdpa: {name} must be a torch.Tensor, got {type(t).__name__}"
+            )
     dims = query.dim()
     if dims not in (3, 4) or key.dim() != dims or value.dim() != dims:
         raise FlashprobeError(

@@ -206,10 +206,12 @@ def make_spec(
         fields.update(body)
     else:
         raise FlashprobeError(f"kernel spec must be a preset name or a mapping, got {base!r}")
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise FlashprobeError(f"overrides must be a mapping of fields, got {overrides!r}")
     fields.update(overrides or {})
     if not fields:
         return start  # frozen and already validated: no copy (a per-call path of `attention`)
-    unknown = sorted(set(fields) - set(FIELD_NAMES))
+    unknown = sorted(set(fields) - set(FIELD_NAMES), key=str)  # keys of any type: 1 and 'x'
     if unknown:
         raise FlashprobeError(
             f"unknown kernel spec field {unknown[0]!r}; known fields: {', '.join(FIELD_NAMES)}"
@@ -232,13 +234,17 @@ def resolve_spec(spec: KernelSpec | str | Mapping[str, Any] | None) -> KernelSpe
     return spec if isinstance(spec, KernelSpec) else make_spec(spec)
 
 
-def parse_assignments(assignments: Iterable[str]) -> dict[str, Any]:
-    """Parse CLI ``key=value`` strings; values are read as YAML scalars (4 → int, true → bool)."""
+def parse_assignments(assignments: Iterable[str], *, unique: bool = False) -> dict[str, Any]:
+    """Parse CLI ``key=value`` strings; values are read as YAML scalars (4 → int, true → bool).
+    A repeated key: the last one wins (`--set` overrides), or, with `unique`, an error (one
+    `--variant` string, where `beta=3,beta=4` is a typo, not an override)."""
     out: dict[str, Any] = {}
     for item in assignments:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise FlashprobeError(f"expected key=value, got {item!r}")
+        if unique and key.strip() in out:
+            raise FlashprobeError(f"{key.strip()!r} given twice")
         try:
             out[key.strip()] = load_yaml(raw) if raw.strip() else None
         except yaml.YAMLError:

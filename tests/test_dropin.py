@@ -69,6 +69,11 @@ def test_sdpa_shape_errors() -> None:
         flashprobe.sdpa(q, k, v[..., :8])
     with pytest.raises(FlashprobeError, match="4-D"):
         flashprobe.sdpa(q[None], k[None], v[None])
+    # not an AttributeError on .dim() (a model passing a list or a numpy array)
+    with pytest.raises(FlashprobeError, match=r"key must be a torch\.Tensor, got list"):
+        flashprobe.sdpa(q, k.tolist(), v)
+    with pytest.raises(FlashprobeError, match=r"query must be a torch\.Tensor, got ndarray"):
+        flashprobe.sdpa(q.numpy(), k, v)
 
 
 def test_patch_sdpa_restores_on_exit_on_error_and_nests() -> None:

@@ -104,6 +104,12 @@ def test_parse_assignments_reads_yaml_scalars() -> None:
         parse_assignments(["block_n"])
 
 
+def test_parse_assignments_can_refuse_a_repeated_key() -> None:
+    assert parse_assignments(["beta=3", "beta=4"]) == {"beta": 4}  # --set: the last one wins
+    with pytest.raises(FlashprobeError, match="'beta' given twice"):
+        parse_assignments(["beta=3", " beta =4"], unique=True)
+
+
 def test_parse_assignments_reads_exponent_floats() -> None:
     # YAML 1.1 would keep '4e-3' a string; users (and YAML 1.2) mean a number.
     assert parse_assignments(["tie_tolerance=4e-3", "beta=2E+0"]) == {
@@ -194,6 +200,21 @@ def test_direct_construction_is_validated_too() -> None:
 def test_bad_base(base: object) -> None:
     with pytest.raises(FlashprobeError, match="kernel spec must be a preset name or a mapping"):
         make_spec(base)  # type: ignore[arg-type]
+
+
+def test_mixed_key_types_name_the_unknown_field() -> None:
+    """A mapping with a non-string key (YAML `1: x`, a Python dict) is an unknown field, not
+    a TypeError from sorting str against int."""
+    with pytest.raises(FlashprobeError, match="unknown kernel spec field 1;"):
+        make_spec({1: 2, "colour": "red"})
+    with pytest.raises(FlashprobeError, match="unknown kernel spec field 1;"):
+        make_spec("fa2", {1: 2, "beta": 4})
+
+
+@pytest.mark.parametrize("overrides", [["beta"], "beta=4", 4])
+def test_overrides_must_be_a_mapping(overrides: object) -> None:
+    with pytest.raises(FlashprobeError, match="overrides must be a mapping of fields"):
+        make_spec("fa2", overrides)  # type: ignore[arg-type]
 
 
 def test_unknown_preset() -> None:

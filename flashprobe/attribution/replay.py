@@ -125,8 +125,16 @@ def replay_suites(
                 f"on with --suite (suites here: {', '.join(suites)})"
             )
         other = suite_file_variants(variants_from)
+    settings_of = {n: stored_settings(sr.suite_dir(m[0]), **flags) for n, m in suites.items()}
+    # Every suite's flags first: a --baseline the second suite lacks must not leave the first
+    # replayed and its replay.json rewritten before the error.
     for name, members in suites.items():
-        settings = stored_settings(sr.suite_dir(members[0]), **flags)
+        try:
+            check_cells(members, settings_of[name], other)
+        except FlashprobeError as exc:
+            raise FlashprobeError(f"suite {name}: {exc}") from None
+    for name, members in suites.items():
+        settings = settings_of[name]
         try:
             outcome = replay_cells(
                 members, settings, force=force, progress=progress, other_variants=other
@@ -137,6 +145,22 @@ def replay_suites(
             last = traceback.format_exception_only(exc)[-1].strip().splitlines()[0]
             raise RunStopped(f"replay of suite {name} failed: {last}") from None
         yield name, outcome
+
+
+def check_cells(
+    cells: list[sr.CellView],
+    settings: ReplaySettings,
+    other_variants: Mapping[str, VariantConfigs] | None = None,
+) -> None:
+    """The checks of replay_cells that read no capture (roles, backend, variants): bad input
+    raises FlashprobeError before anything is replayed or written."""
+    counted, _ = one_run_per_seed(cells)
+    resolve_roles(counted, settings.baseline, settings.safe, settings.components)
+    machine_backend(settings.backend)
+    choose(
+        counted[0].suite, trained_variants(counted), other_variants or {},
+        sr.suite_dir(counted[0]), settings.variants,
+    )  # fmt: skip
 
 
 def replay_cells(
@@ -203,6 +227,12 @@ def replay_cells(
             f"nothing replayed: the {settings.sources} cells of suite {suite!r} hold no captures "
             "(set capture: {layers: [...], steps: [...]} in the suite)"
         )
+        folder = cells[0].path.parent
+        if sr.read_suite_replay(folder) is not None:
+            # captures deleted after a replay: an empty summary would wipe what report ranks with
+            kept = folder / sr.REPLAY_FILE
+            notes.append(f"kept the earlier {kept} (its captures are gone)")
+            return ReplayOutcome(suite, roles, results, str(kept), notes)
     suite_doc = {
         "format": FORMAT,
         "suite": suite,

@@ -11,7 +11,7 @@ import typer
 from flashprobe.cli import app
 from flashprobe.errors import FlashprobeError
 from flashprobe.probes import benchmark as bench
-from flashprobe.reporting.atomic import write_text_new
+from flashprobe.reporting.atomic import check_output_folder, write_text_new
 
 
 @app.command("bench")
@@ -71,6 +71,8 @@ def bench_command(
     """
     if json_path is not None and json_path.exists():
         raise FlashprobeError(f"{json_path} exists; choose a new --json path")
+    if json_path is not None:  # before the timings: a grid takes minutes of GPU time
+        check_output_folder(json_path.parent, "--json")
     causal = {"causal": (True,), "full": (False,), "both": (True, False)}.get(mask)
     if causal is None:
         raise FlashprobeError(f"--mask must be causal, full or both, got {mask!r}")

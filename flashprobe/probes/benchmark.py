@@ -103,13 +103,18 @@ def default_shapes(
 ) -> list[BenchShape]:
     """The issue's default grid: batch × seq = `tokens`, causal and not (`kv_heads` key/value
     heads shared by the query heads, for grouped-query attention)."""
+    if heads < 1:  # 0 % kv_heads passes the check below
+        raise FlashprobeError(f"--heads must be at least 1, got {heads}")
+    for head_dim in head_dims:
+        if head_dim < 1:
+            raise FlashprobeError(f"--head-dim must be at least 1, got {head_dim}")
     if kv_heads is not None and (kv_heads <= 0 or heads % kv_heads):
         raise FlashprobeError(f"kv heads must divide the {heads} heads, got {kv_heads}")
     shapes = []
     for head_dim in head_dims:
         for causal in (True, False):
             for seq in seqs:
-                if seq <= 0 or head_dim <= 0 or tokens < seq:
+                if seq <= 0 or tokens < seq:
                     raise FlashprobeError(f"need tokens >= seq > 0, got tokens={tokens} seq={seq}")
                 shapes.append(
                     BenchShape(tokens // seq, heads, seq, head_dim, causal, dtype, kv_heads)

@@ -98,7 +98,10 @@ def parse_variant(text: str) -> Variant:
     items = [p for p in rest.split(",") if p.strip()] if sep else []
     if sep and not items:
         raise FlashprobeError(f"variant {text!r}: nothing after ':'")
-    assigned = parse_assignments(items)
+    try:
+        assigned = parse_assignments(items, unique=True)
+    except FlashprobeError as exc:
+        raise FlashprobeError(f"variant {text!r}: {exc}") from None
     data = {k: v for k, v in assigned.items() if k in DATA_KEYS}
     fields = {k: v for k, v in assigned.items() if k not in DATA_KEYS}
     unknown = sorted(set(fields) - set(FIELD_NAMES))
@@ -150,8 +153,8 @@ def validate(config: BiasConfig) -> list[Variant]:
         raise FlashprobeError(f"--rows must be at least 2 (a t-statistic needs rows), got {c.rows}")
     if c.head_dim < 1:
         raise FlashprobeError(f"--head-dim must be at least 1, got {c.head_dim}")
-    if c.seed < 0:
-        raise FlashprobeError(f"--seed must be >= 0, got {c.seed}")
+    if not 0 <= c.seed < 2**64:  # torch.Generator.manual_seed takes 64 bits
+        raise FlashprobeError(f"--seed must be in [0, 2**64), got {c.seed}")
     if c.score_grid not in SCORE_GRIDS:
         raise FlashprobeError(
             f"--score-grid must be one of {', '.join(SCORE_GRIDS)}, got {c.score_grid!r}"
@@ -165,6 +168,9 @@ def validate(config: BiasConfig) -> list[Variant]:
         raise FlashprobeError(f"--gap must satisfy 0 < LO <= HI, got {lo:g}:{hi:g}")
     if not all(math.isfinite(x) for x in c.max_score) or c.max_score[0] > c.max_score[1]:
         raise FlashprobeError(f"--max-score must be finite with LO <= HI, got {c.max_score}")
+    top = torch.finfo(torch.float32).max  # the scores are fp32, as a kernel's q·kᵀ
+    if any(abs(x) >= top for x in c.max_score):
+        raise FlashprobeError(f"--max-score must lie within ±{top:.2g} (fp32), got {c.max_score}")
     for name in ("v_mean", "v_std"):
         if not math.isfinite(getattr(c, name)):
             raise FlashprobeError(f"--{name.replace('_', '-')} must be finite")

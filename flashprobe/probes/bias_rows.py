@@ -67,8 +67,17 @@ def make_rows(c: BiasConfig, ties: int, v_mean: float, tail_v_mean: float, per_r
     s.scatter_(-1, tied, row_max.expand(b, g, ties).contiguous())
 
     z = torch.randn(b, n, d, generator=gen)
+    bf16_max = torch.finfo(torch.bfloat16).max
+    overflow = FlashprobeError(
+        f"V ~ N({v_mean:g}, {c.v_std:g}) (tail mean {tail_v_mean:g}) overflows bf16 (largest "
+        f"{bf16_max:.3g}); lower --v-mean, --tail-v-mean or --v-std"
+    )
+    if max(abs(v_mean), abs(tail_v_mean)) > bf16_max:  # torch.where would fail in fp32
+        raise overflow
     mean = torch.where(is_tied, v_mean, tail_v_mean)[..., None]
     v = _bf16(mean + c.v_std * z)
+    if not torch.isfinite(v).all():  # inf or NaN V: every error and verdict would be NaN
+        raise overflow
 
     s = s[:, None].to(c.device)
     v = v[:, None].to(c.device)

@@ -42,6 +42,9 @@ DEFAULT_LOGITS = (10.0, 100.0, 1000.0, 4000.0)
 DEFAULT_VARIANTS = ("fa2", "paper-code", "sfa", "paper-sfa", "fp32")
 #: Larger problems than this many score elements per head would take minutes on a CPU.
 MAX_SCORES_PER_HEAD = 1 << 24
+#: Elements of the largest fp64 tensor (heads × seq × max(seq, head_dim)): 2 GiB; more would
+#: fail in the allocator with a traceback, or swap.
+MAX_ELEMENTS = 1 << 28
 
 
 @dataclass(frozen=True)
@@ -59,8 +62,13 @@ class LogitScaleConfig:
     def __post_init__(self) -> None:
         if not self.variants:
             raise FlashprobeError("logit-scale needs at least one variant")
-        if not self.logits or any(not math.isfinite(x) or x <= 0 for x in self.logits):
-            raise FlashprobeError(f"--logits must be positive numbers, got {list(self.logits)}")
+        # a logit beyond fp32's range has no score to hold it (the kernels' S is fp32)
+        top = torch.finfo(torch.float32).max
+        if not self.logits or any(not (0 < x < top) for x in self.logits):
+            raise FlashprobeError(
+                f"--logits must be positive numbers below {top:.2g} (fp32 scores), "
+                f"got {list(self.logits)}"
+            )
         if not self.seeds:
             raise FlashprobeError("--seed needs at least one seed")
         if any(not 0 <= seed < 2**63 for seed in self.seeds):
@@ -75,6 +83,12 @@ class LogitScaleConfig:
             raise FlashprobeError(
                 f"--seq {self.seq} is too long for the CPU emulator (at most "
                 f"{math.isqrt(MAX_SCORES_PER_HEAD)})"
+            )
+        elements = self.heads * self.seq * max(self.seq, self.head_dim)
+        if elements > MAX_ELEMENTS:
+            raise FlashprobeError(
+                f"--heads × --seq × max(--seq, --head-dim) = {elements:,} is too large for the "
+                f"CPU emulator (at most {MAX_ELEMENTS:,}); lower --heads, --seq or --head-dim"
             )
 
     def to_dict(self) -> dict[str, Any]:
@@ -138,7 +152,7 @@ def parse_variant(text: str) -> tuple[str, KernelSpec]:
     if sep and not items:
         raise FlashprobeError(f"variant {text!r}: nothing after ':'")
     try:
-        return text.strip(), make_spec(base, parse_assignments(items))
+        return text.strip(), make_spec(base, parse_assignments(items, unique=True))
     except FlashprobeError as exc:
         raise FlashprobeError(f"variant {text!r}: {exc}") from None
 
@@ -263,4 +277,9 @@ def variants_from_options(
                     f"{suite_file} with different kernels"
                 )
             chosen.setdefault(name, spec)
+        if not chosen:  # one line naming why, not a note plus "needs at least one variant"
+            raise FlashprobeError(
+                f"--variants-from {suite_file}: no variant runs one flashprobe kernel in every "
+                f"layer (left out: {', '.join(left_out)})"
+            )
     return chosen, left_out

@@ -149,6 +149,35 @@ def test_unchanged_replay_is_cached_and_x_gives_weight_gradients(tmp_path) -> No
     assert 0 < series["wq_coherence"] <= 1 and not math.isnan(series["wq_direction_similarity"])
 
 
+def test_captures_gone_leave_the_earlier_suite_replay_alone(tmp_path) -> None:
+    """Captures deleted after a replay (to free disk): a later replay has nothing to replay and
+    keeps the suite's replay.json, whose summary `report` ranks with, instead of emptying it."""
+    root = make_store(tmp_path)
+    settings = ReplaySettings(baseline="baseline")
+    replay_cells(sr.read_cells(root, "planted"), settings, kernel=planted_kernel)
+    suite_file = root / "planted" / "replay.json"
+    before = suite_file.read_bytes()
+    assert json.loads(before)["summary"]
+    for folder in root.glob("planted/*/run/captures"):
+        shutil.rmtree(folder)
+    for force in (False, True):
+        outcome = replay_cells(sr.read_cells(root, "planted"), settings, force=force)
+        assert [c["status"] for c in outcome.cells] == ["no captures", "no captures"]
+        assert suite_file.read_bytes() == before
+        assert any("kept" in note and str(suite_file) in note for note in outcome.notes)
+
+
+def test_a_flag_one_suite_cannot_take_stops_before_any_suite_is_replayed(tmp_path) -> None:
+    """`replay --baseline block-m` on a store whose second suite has no block-m: one error,
+    and the first suite's cells and replay.json are left as they were (it used to replay and
+    rewrite them first)."""
+    root = make_store(tmp_path)
+    make_store(root, suite={**SUITE, "name": "zzz", "variants": {"baseline": {}}})
+    with pytest.raises(FlashprobeError, match="suite zzz: no baseline variant 'block-m'"):
+        list(replay_suites(root, baseline="block-m"))
+    assert list(root.glob("*/replay.json")) == list(root.glob("*/*/replay.json")) == []
+
+
 def test_a_superseded_baseline_run_is_not_replayed(tmp_path) -> None:
     """A second run of a baseline seed (here a copy, started later) replaces the first."""
     root = make_store(tmp_path)

@@ -125,3 +125,20 @@ def test_bench_notes_a_missing_peer_in_one_line_and_records_peer_versions(
     assert [(t["ms"], t["note"]) for t in fa2_timings] == [(2.0, "")] * 3
     fa3_notes = {t["note"] for t in data["timings"] if t["impl"] == "flash-attn-3"}
     assert fa3_notes == {"not installed"}
+
+
+def test_bench_refuses_an_unwritable_json_folder_before_timing(
+    run_cli, tmp_path, monkeypatch
+) -> None:
+    """A --json path under a file is refused before any timing, not after a grid of minutes."""
+    from flashprobe.probes import benchmark
+
+    timed = []
+    monkeypatch.setattr(benchmark, "run_benchmark", lambda *args, **kwargs: timed.append(1) or [])
+    blocker = tmp_path / "results"
+    blocker.write_text("earlier results")
+    result = run_cli("bench", "--seq", "1024", "--json", str(blocker / "bench.json"))
+    assert result.code == 2, result.err
+    assert "--json" in result.err and "is not a folder" in result.err
+    assert len(result.err.strip().splitlines()) == 1
+    assert timed == [] and blocker.read_text() == "earlier results"

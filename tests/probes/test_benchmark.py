@@ -37,6 +37,20 @@ def test_grouped_query_shapes_share_key_value_heads() -> None:
         bench.default_shapes(seqs=(1024,), kv_heads=3)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"head_dims": (0,)}, "--head-dim must be at least 1, got 0"),  # it blamed the seq
+        ({"heads": 0}, "--heads must be at least 1, got 0"),
+        ({"heads": 0, "kv_heads": 4}, "--heads must be at least 1, got 0"),
+        ({"seqs": (0,)}, "need tokens >= seq > 0"),
+    ],
+)
+def test_default_shapes_name_the_bad_flag(kwargs: dict, message: str) -> None:
+    with pytest.raises(FlashprobeError, match=message):
+        bench.default_shapes(**{"seqs": (1024,), **kwargs})
+
+
 def test_implementations_add_instrumented_base_and_peers() -> None:
     impls = bench.implementations(["fa2", "sfa"], instrumented=True, peers=True)
     assert [i.name for i in impls] == [

@@ -44,6 +44,7 @@ def test_bad_variants(text: str) -> None:
         {"gap": (0.0, 1.0)},
         {"head_dim": 0},
         {"seed": -1},
+        {"seed": 2**64},  # torch.Generator.manual_seed takes 64 bits
         {"tie_placement": "middle"},
         {"score_grid": "fp16"},
         {"device": "tpu"},
@@ -54,6 +55,20 @@ def test_bad_variants(text: str) -> None:
 def test_bad_config(kw: dict) -> None:
     with pytest.raises(FlashprobeError):
         validate(BiasConfig(**kw))
+
+
+@pytest.mark.parametrize("max_score", [(1e39, 1e39), (-1e39, 0.0)])
+def test_a_max_score_beyond_fp32_names_max_score(max_score: tuple[float, float]) -> None:
+    # the scores are fp32: the error blamed --gap ("tail scores round onto the row max")
+    with pytest.raises(FlashprobeError, match="--max-score"):
+        validate(BiasConfig(max_score=max_score))
+
+
+def test_a_key_given_twice_is_refused() -> None:
+    # `paper-code:ties=1,ties=2` used to run ties=2 without a word
+    for text in ("paper-code:ties=1,ties=2", "sfa:beta=3,beta=4"):
+        with pytest.raises(FlashprobeError, match="given twice"):
+            parse_variant(text)
 
 
 def test_default_beta_must_exceed_one() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from flashprobe.errors import FlashprobeError
 from flashprobe.probes.bias_config import BiasConfig
 from flashprobe.probes.bias_rows import make_rows
 
@@ -37,3 +38,14 @@ def test_default_scores_are_fp32_like_q_dot_k() -> None:
     finite = data.s[torch.isfinite(data.s)]
     assert not torch.equal(finite, finite.to(torch.bfloat16).float())
     assert ((data.s == data.s.amax(-1, keepdim=True)).sum(-1) == 2).all()
+
+
+@pytest.mark.parametrize(
+    ("v_mean", "v_std"),
+    [(-1e308, 0.5), (-2.5, 1e308), (-3.38e38, 1e37)],  # fp32; inf·z = NaN; bf16 overflow
+)
+def test_a_v_that_overflows_bf16_is_one_line(v_mean: float, v_std: float) -> None:
+    """Not a RuntimeError from torch.where, nor NaN errors with a verdict."""
+    c = BiasConfig(rows=16, keys=256, head_dim=4, v_std=v_std)
+    with pytest.raises(FlashprobeError, match="overflows bf16"):
+        make_rows(c, 2, v_mean, v_mean, per_row=8)

@@ -111,6 +111,7 @@ def test_parse_variant() -> None:
         ("fa2:", "nothing after ':'"),
         ("fa2:ties=2", "unknown kernel spec field 'ties'"),
         ("fa2:block_n=3", "variant 'fa2:block_n=3'"),
+        ("fa2:beta=3,beta=4", "'beta' given twice"),  # silently beta=4 before
     ],
 )
 def test_bad_variants(text: str, message: str) -> None:
@@ -124,6 +125,7 @@ def test_bad_variants(text: str, message: str) -> None:
         ({"variants": {}}, "at least one variant"),
         ({"logits": (0.0,)}, "--logits must be positive"),
         ({"logits": (math.nan,)}, "--logits must be positive"),
+        ({"logits": (1e80,)}, "--logits must be positive numbers below 3.4e"),  # ran: NaN table
         ({"seeds": ()}, "at least one seed"),
         ({"seeds": (2**64,)}, "--seed must be in"),
         ({"seeds": (-1,)}, "--seed must be in"),
@@ -131,6 +133,9 @@ def test_bad_variants(text: str, message: str) -> None:
         ({"heads": 0}, "--heads must be at least 1"),
         ({"head_dim": 48}, "--head-dim must be a power of two"),
         ({"seq": 8192}, "too long for the CPU emulator"),
+        # within the per-head limit, but hundreds of GB in all: refused before allocating
+        ({"seq": 4096, "heads": 2000}, "too large for the CPU emulator"),
+        ({"head_dim": 1 << 40}, "too large for the CPU emulator"),
     ],
 )
 def test_bad_configs(overrides: dict, message: str) -> None:
@@ -165,6 +170,20 @@ def test_suite_variants_without_one_kernel_are_left_out() -> None:
     kernels, left_out = suite_variants("gpt2")
     assert set(left_out) == {"fp32-attention", "flash-layer2-only"}
     assert "paper-code" in kernels
+
+
+def test_a_suite_without_one_kernel_variant_is_one_error(tmp_path) -> None:
+    """Every variant left out: one error naming them (was a stderr note, then "needs at least
+    one variant" on a second line)."""
+    suite = tmp_path / "sdpa.yaml"
+    suite.write_text(
+        "name: sdpa\nbase: {train: {device: cpu}, model: {attention: {impl: sdpa}}}\n"
+        "variants: {a: {}, b: {}}\n"
+    )
+    with pytest.raises(FlashprobeError, match=r"flashprobe kernel .*\(left out: a, b\)"):
+        variants_from_options([], str(suite))
+    chosen, left_out = variants_from_options(["fa2"], str(suite))  # --variant still runs
+    assert list(chosen) == ["fa2"] and left_out == ["a", "b"]
 
 
 def test_variant_options() -> None:

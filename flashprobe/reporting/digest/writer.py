@@ -19,7 +19,7 @@ from typing import Any
 
 from flashprobe import __version__
 from flashprobe.errors import FlashprobeError
-from flashprobe.reporting.atomic import write_text_atomic, write_text_new
+from flashprobe.reporting.atomic import check_output_folder, write_text_atomic, write_text_new
 from flashprobe.reporting.digest import replay as rp
 from flashprobe.reporting.digest.schema import FORMAT, VERSION
 from flashprobe.reporting.render import to_jsonable
@@ -69,6 +69,10 @@ def write_digest(
     out = Path(out)
     if out.is_dir():
         raise FlashprobeError(f"digest output is a folder: {out}")
+    # --force replaces OUT: never a file of the store being read (its suite.json, a cell's files)
+    if out.resolve().is_relative_to(Path(store).resolve()):
+        raise FlashprobeError(f"digest output {out} is inside the result store {store}")
+    check_output_folder(out.parent, "digest output")
     if out.exists() and not force:
         raise FlashprobeError(f"{out} exists; refusing to overwrite it (--force replaces it)")
     digest = build_digest(store, every=every, suite=suite)

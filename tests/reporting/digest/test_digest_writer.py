@@ -106,6 +106,27 @@ def test_refuses_to_overwrite_unless_forced(tiny_store: Path, tmp_path: Path) ->
         write_digest(tiny_store, tmp_path)
 
 
+def test_refuses_an_output_inside_the_store_even_forced(tiny_store: Path, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    shutil.copytree(tiny_store, store)
+    suite_file = store / "tiny" / "suite.json"
+    before = suite_file.read_bytes()
+    with pytest.raises(FlashprobeError, match="inside the result store"):
+        write_digest(store, suite_file, force=True)
+    assert suite_file.read_bytes() == before
+    with pytest.raises(FlashprobeError, match="inside the result store"):
+        write_digest(store, store / "digest.json")
+    assert not (store / "digest.json").exists()
+
+
+def test_refuses_an_output_folder_under_a_file(tiny_store: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "results"
+    blocker.write_text("earlier results")
+    with pytest.raises(FlashprobeError, match="is not a folder"):  # was OSError: File exists
+        write_digest(tiny_store, blocker / "d.json")
+    assert blocker.read_text() == "earlier results"
+
+
 def test_bad_stores_and_options(tmp_path: Path, tiny_store: Path) -> None:
     with pytest.raises(FlashprobeError, match="not found"):
         build_digest(tmp_path / "absent")
