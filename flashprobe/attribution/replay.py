@@ -10,7 +10,8 @@ steps).
 
 Results: STORE/<suite>/<source cell>/replay.json (per cell, keyed by the captures, the variants'
 specs and the backend, so an unchanged replay is skipped) and STORE/<suite>/replay.json (roles,
-variants and the per-variant summary the report ranks with). Both are written atomically.
+variants and the per-variant summary the report ranks with). Both are written atomically. A
+replay of some variants adds them to the earlier replay of the same captures (_earlier_kept).
 
 Which variants, on whose captures and on which backend: the suite's `replay:` section and the
 flags of `flashprobe replay` (attribution.replay_settings); variants of another suite file
@@ -177,6 +178,7 @@ def replay_cells(
     untrained variants replayed as well."""
     say = progress or (lambda _msg: None)
     suite = cells[0].suite
+    readable = {c.name for c in cells}
     cells, superseded = one_run_per_seed(cells)  # as report counts them
     roles = resolve_roles(cells, settings.baseline, settings.safe, settings.components)
     notes = list(roles.notes)
@@ -202,6 +204,10 @@ def replay_cells(
         steps = sr.capture_files(source)
         headers = [sr.read_capture_header(s, p) for s, p in steps] if untrained else []
         plans.append((source, steps, resolve_groups(chosen, source, headers) if steps else {}))
+    folder = cells[0].path.parent
+    earlier = sr.read_suite_replay(folder)
+    kept = _earlier_kept(folder, earlier, readable, wanted, backend, roles.baseline, plans, force)
+    notes += kept.notes
     results: list[dict[str, Any]] = []
     docs: list[dict[str, Any]] = []
     for source, steps, groups in plans:
@@ -219,6 +225,8 @@ def replay_cells(
         say(f"replaying {len(wanted)} variants on {source.name} ({len(steps)} captures)")
         doc = replay_source(source, steps, groups, backend, progress=say, kernel=kernel)
         doc["key"] = key
+        doc["captures"] = _capture_files(steps)
+        doc = _with_earlier(doc, old, kept.variants)
         sr.write_replay(source, doc)
         docs.append(doc)
         results.append({"cell": source.name, "status": "replayed", "steps": _steps(steps)})
@@ -227,8 +235,7 @@ def replay_cells(
             f"nothing replayed: the {settings.sources} cells of suite {suite!r} hold no captures "
             "(set capture: {layers: [...], steps: [...]} in the suite)"
         )
-        folder = cells[0].path.parent
-        if sr.read_suite_replay(folder) is not None:
+        if earlier is not None:
             # captures deleted after a replay: an empty summary would wipe what report ranks with
             kept = folder / sr.REPLAY_FILE
             notes.append(f"kept the earlier {kept} (its captures are gone)")
@@ -238,15 +245,15 @@ def replay_cells(
         "suite": suite,
         "roles": roles.to_dict(),
         "backend": backend,
-        "variants": wanted,
-        "untrained_variants": untrained,
+        "variants": [*wanted, *kept.variants],
+        "untrained_variants": {**kept.untrained, **untrained},
         "sources": [r["cell"] for r in results],
         "summary": summarise(docs),
         "weight_gradient": _weight_source(docs),
         "notes": notes,
         "flashprobe": __version__,
     }
-    suite_file = sr.write_suite_replay(cells[0].path.parent, suite_doc)
+    suite_file = sr.write_suite_replay(folder, suite_doc)
     return ReplayOutcome(suite, roles, results, str(suite_file), notes)
 
 
@@ -365,13 +372,131 @@ def _replay_layer(
     return out
 
 
-def _replay_key(
-    steps: Sequence[tuple[int, Any]], groups: Mapping[str, Mapping[int, LayerGroups]], backend: str
-) -> str:
+@dataclass(frozen=True)
+class Kept:
+    """What a replay keeps of the suite's earlier one: the variants not replayed now (their
+    records in the source cells' replay.json and so their summary), their untrained origins."""
+
+    variants: list[str]
+    untrained: dict[str, str]
+    notes: list[str]
+
+
+def _earlier_kept(
+    folder: Path,
+    earlier: Mapping[str, Any] | None,
+    readable: set[str],
+    wanted: Sequence[str],
+    backend: str,
+    baseline: str,
+    plans: Sequence[tuple[sr.CellView, list[tuple[int, Path]], Any]],
+    force: bool,
+) -> Kept:
+    """A replay of some variants (`--variant fa2`) adds them to the earlier replay: its other
+    variants are kept when it was made on the same captures with the same backend. Otherwise
+    one summary would pool two replays, and replacing it would lose the earlier variants, so
+    the user decides: an error says how (replay those too, or --force to replace it)."""
+    others = [str(v) for v in (earlier or {}).get("variants") or [] if v not in wanted]
+    if earlier is None or not others:
+        return Kept([], {}, [])
+    why = _mismatch(earlier, readable, backend, baseline, plans)
+    path = folder / sr.REPLAY_FILE
+    if why is None:
+        untrained = earlier.get("untrained_variants")
+        untrained = untrained if isinstance(untrained, Mapping) else {}
+        note = f"kept the earlier replay of {', '.join(others)} (not replayed now)"
+        return Kept(others, {v: str(untrained[v]) for v in others if v in untrained}, [note])
+    now = ", ".join(wanted)
+    if not force:
+        raise FlashprobeError(
+            f"{path} holds the replay of {', '.join(others)} {why}: adding {now} would pool two "
+            f"replays in one summary; replay those too, or pass --force to replace it with {now}"
+        )
+    return Kept([], {}, [f"replaced the earlier {path} ({why}) and its {', '.join(others)}"])
+
+
+def _mismatch(
+    earlier: Mapping[str, Any],
+    readable: set[str],
+    backend: str,
+    baseline: str,
+    plans: Sequence[tuple[sr.CellView, list[tuple[int, Path]], Any]],
+) -> str | None:
+    """Why the earlier suite replay cannot take more variants (None: it can)."""
+    if earlier.get("format") != FORMAT:
+        return f"of format {earlier.get('format')!r}"
+    if earlier.get("backend") != backend:
+        return f"made with backend {earlier.get('backend')} (now {backend})"
+    was = (earlier.get("roles") or {}).get("baseline")
+    if was != baseline:
+        return f"made on {was}'s captures (now {baseline}'s)"
+    sources = [str(s) for s in earlier.get("sources") or []]
+    now = [source.name for source, _, _ in plans]
+    # a source whose folder is no longer readable is left out of every variant alike
+    other = [n for n in now if n not in sources] + [
+        n for n in sources if n not in now and n in readable
+    ]
+    if other:
+        return f"made on other source cells than now ({other[0]})"
+    for source, steps, _ in plans:
+        if steps and not _same_captures(sr.read_replay(source), source, steps, backend):
+            return f"made on other captures of {source.name}"
+    return None
+
+
+def _same_captures(
+    old: Mapping[str, Any] | None, source: sr.CellView, steps: list[tuple[int, Path]], backend: str
+) -> bool:
+    """Whether a cell's earlier replay.json replayed the captures it holds now."""
+    if old is None or old.get("format") != FORMAT or old.get("backend") != backend:
+        return False
+    if old.get("source_cell") != source.name or old.get("steps") != _steps(steps):
+        return False
+    if "captures" in old:
+        return old["captures"] == _capture_files(steps)
+    # written before replay.json named its capture files: not older than any of them
+    written = source.replay_path.stat().st_mtime_ns
+    return all(written >= path.stat().st_mtime_ns for _, path in steps)
+
+
+def _with_earlier(
+    doc: dict[str, Any], old: Mapping[str, Any] | None, kept: Sequence[str]
+) -> dict[str, Any]:
+    """A cell's new replay.json plus the records and series of the `kept` variants from its
+    earlier one (same captures and backend: checked by _mismatch)."""
+    if old is None or not kept:
+        return doc
+    take = set(kept)
+    return {
+        **doc,
+        "records": [*doc["records"], *(r for r in old.get("records", []) if _of(r, take))],
+        "series": [*doc["series"], *(s for s in old.get("series", []) if _of(s, take))],
+        "layers": sorted({*doc["layers"], *old.get("layers", [])}),
+        # the capture notes are the new replay's; a kept variant's own ("fa2: ...") stay
+        "notes": sorted({*doc["notes"], *(n for n in old.get("notes", []) if _of(n, take))}),
+    }
+
+
+def _of(item: Any, variants: set[str]) -> bool:
+    """Whether a record or series (its "variant") or a note ("<variant>: ...") is one of these."""
+    if isinstance(item, str):
+        return item.split(":")[0] in variants
+    return isinstance(item, Mapping) and item.get("variant") in variants
+
+
+def _capture_files(steps: Sequence[tuple[int, Any]]) -> list[list[Any]]:
+    """(step, name, size, mtime) of each capture file: a rewritten capture differs."""
     files = []
     for step, path in steps:
         st = path.stat()
         files.append([step, path.name, st.st_size, st.st_mtime_ns])
+    return files
+
+
+def _replay_key(
+    steps: Sequence[tuple[int, Any]], groups: Mapping[str, Mapping[int, LayerGroups]], backend: str
+) -> str:
+    files = _capture_files(steps)
     specs = {
         v: {
             str(layer): [[list(h), s.to_dict() if s else None] for h, s in g]

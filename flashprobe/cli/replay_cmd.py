@@ -39,7 +39,8 @@ def replay_command(
     """Replay kernel variants on captured Q, K, V, dO and measure error mechanisms.
 
     Writes replay.json into each replayed cell and into the suite folder (atomically); an
-    unchanged replay (same captures, variants, specs and backend) is skipped. Then
+    unchanged replay (same captures, variants, specs and backend) is skipped. --variant adds
+    to the earlier replay of the same captures and backend (its other variants are kept). Then
     `flashprobe report`.
 
     --variants-from replays another suite file's variants (expanded as `ablate -c` would)

@@ -344,3 +344,48 @@ def test_the_same_store_replays_to_the_same_bits_at_any_thread_count(tmp_path) -
     assert len(written[0]) == 2  # the cell's and the suite's
     same = {str(name): written[0][name] == written[1].get(name) for name in written[0]}
     assert all(same.values()), same
+
+
+def test_replaying_one_more_variant_adds_it_to_the_earlier_replay(tmp_path) -> None:
+    """`replay --variant delta-fp32` (with or without --force) after a replay of the others:
+    the variant replayed now replaces its own entries, the others' are kept (in the source
+    cells' replay.json, which `report` and `digest` read, and in the suite's summary)."""
+    root = make_store(tmp_path)
+    cells = sr.read_cells(root, "planted")
+    first = ReplaySettings(baseline="baseline", variants=("baseline", "block-m"))
+    replay_cells(cells, first, kernel=planted_kernel)
+    suite_file = root / "planted" / "replay.json"
+    before = json.loads(suite_file.read_text())["summary"]
+    for force in (False, True):
+        more = replace(first, variants=("delta-fp32",))
+        outcome = replay_cells(sr.read_cells(root, "planted"), more, force=force)
+        doc = json.loads(suite_file.read_text())
+        assert sorted(doc["summary"]) == ["baseline", "block-m", "delta-fp32"]
+        assert sorted(doc["variants"]) == ["baseline", "block-m", "delta-fp32"]
+        assert doc["summary"]["baseline"] == before["baseline"]
+        assert doc["summary"]["delta-fp32"]["delta_bias"] < 1e-2 * PLANTED
+        assert any("kept the earlier replay of baseline, block-m" in n for n in outcome.notes)
+        for cell in sr.read_cells(root, "planted"):
+            if cell.variant == "baseline":
+                variants = {r["variant"] for r in sr.read_replay(cell)["records"]}
+                assert variants == {"baseline", "block-m", "delta-fp32"}
+
+
+def test_a_restricted_replay_with_other_settings_refuses_unless_forced(tmp_path) -> None:
+    """The earlier replay ran on other captures (here: another baseline's): adding one variant
+    to it would pool two sets of captures in one summary; an error says how to proceed, and
+    --force replaces it with a note."""
+    root = make_store(tmp_path)
+    cells = sr.read_cells(root, "planted")
+    replay_cells(cells, ReplaySettings(baseline="block-m"), kernel=planted_kernel)
+    suite_file = root / "planted" / "replay.json"
+    before = suite_file.read_bytes()
+    more = ReplaySettings(baseline="baseline", variants=("delta-fp32",))
+    with pytest.raises(FlashprobeError, match=r"block-m's captures .*--force") as err:
+        replay_cells(sr.read_cells(root, "planted"), more)
+    assert "\n" not in str(err.value)
+    assert suite_file.read_bytes() == before
+    assert not list(root.glob("planted/baseline--*/replay.json"))
+    outcome = replay_cells(sr.read_cells(root, "planted"), more, force=True)
+    assert sorted(json.loads(suite_file.read_text())["summary"]) == ["delta-fp32"]
+    assert any(n.startswith("replaced the earlier") for n in outcome.notes)

@@ -186,7 +186,9 @@ def test_the_cache_key_follows_the_variant_set_and_specs(tmp_path) -> None:
     assert changed == ["replayed", "replayed"] and set(changed_keys).isdisjoint(keys)
     without, plain_keys = replay(None)
     assert without == ["replayed", "replayed"] and set(plain_keys).isdisjoint(changed_keys)
-    assert {r["variant"] for d in cell_docs(root).values() for r in d["records"]} == {"baseline"}
+    # the untrained variant's earlier replay is kept beside the new one
+    replayed = {r["variant"] for d in cell_docs(root).values() for r in d["records"]}
+    assert replayed == {"baseline", "delta-fp32"}
     raw["variants"] = {"baseline": {}, "renamed": raw["variants"]["delta-fp32"]}  # same spec
     other.write_text(yaml.safe_dump({**raw, "name": "other"}))
     renamed, renamed_keys = replay(other)
@@ -208,9 +210,13 @@ def test_a_variant_suite_json_declares_but_never_trained_replays_when_named(tmp_
     origin = str(only / "planted" / "suite.json")
     assert suite_doc(only)["untrained_variants"] == {"delta-fp32": origin}
     assert any(f"delta-fp32 ({origin})" in n for n in outcome.notes)
-    # unnamed, a declared variant is not replayed: the default is what was trained
-    replay_store(only, "planted", settings=BASELINE)
-    assert suite_doc(only)["variants"] == ["baseline"]
+    # unnamed, a declared variant is not replayed (the default is what was trained); its
+    # earlier replay is kept
+    said: list[str] = []
+    replay_store(only, "planted", settings=BASELINE, force=True, progress=said.append)
+    assert said[0].startswith("replaying 1 variants on")
+    assert suite_doc(only)["variants"] == ["baseline", "delta-fp32"]
+    assert suite_doc(only)["untrained_variants"] == {"delta-fp32": origin}
 
 
 def test_grid_points_pick_the_sources_point_or_the_kernels_all_points_share(tmp_path) -> None:
