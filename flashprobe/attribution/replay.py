@@ -181,7 +181,7 @@ def replay_cells(
     readable = {c.name for c in cells}
     cells, superseded = one_run_per_seed(cells)  # as report counts them
     roles = resolve_roles(cells, settings.baseline, settings.safe, settings.components)
-    notes = list(roles.notes)
+    notes = [*roles.notes, *sr.unread_notes(cells)]
     if superseded:
         notes.append(f"{len(superseded)} superseded run(s) not replayed (see `flashprobe report`)")
     backend = machine_backend(settings.backend)

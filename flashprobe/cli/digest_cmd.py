@@ -31,7 +31,10 @@ def digest_command(
     """
     from flashprobe.reporting.digest.writer import write_digest
 
-    count = write_digest(store, out, every=every, suite=suite, force=force)
+    count = write_digest(
+        store, out, every=every, suite=suite, force=force,
+        note=lambda line: typer.echo(f"note: {line}", err=True),
+    )  # fmt: skip
     typer.echo(f"{count} cells → {out}")
 
 

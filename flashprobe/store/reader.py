@@ -245,6 +245,21 @@ def store_notes(cells: Sequence[CellView], shown: int = 10) -> list[str]:
     return found
 
 
+#: Folders of a suite that are not cells: `ablate --jobs`'s shard logs (runner.parallel.LOG_DIR).
+NOT_CELLS = ("logs",)
+
+
+def unread_notes(cells: Sequence[CellView]) -> list[str]:
+    """One note per folder of these cells' suites that holds no cell.json: read_cells skips it,
+    so its results would vanish from replay, report and digest without a word."""
+    notes = []
+    for folder in dict.fromkeys(suite_dir(c) for c in cells):
+        for path in sorted(p for p in folder.iterdir() if p.is_dir()):
+            if path.name not in NOT_CELLS and not (path / "cell.json").is_file():
+                notes.append(f"store check: {path}: no cell.json, so not read as a cell")
+    return notes
+
+
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 

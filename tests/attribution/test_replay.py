@@ -389,3 +389,20 @@ def test_a_restricted_replay_with_other_settings_refuses_unless_forced(tmp_path)
     outcome = replay_cells(sr.read_cells(root, "planted"), more, force=True)
     assert sorted(json.loads(suite_file.read_text())["summary"]) == ["delta-fp32"]
     assert any(n.startswith("replaced the earlier") for n in outcome.notes)
+
+
+def test_a_variant_whose_cells_lost_cell_json_is_named_and_its_replay_kept(tmp_path) -> None:
+    """Every block-m folder lost its cell.json: replay (even --force) names them and keeps
+    block-m's earlier replay instead of rewriting the summary without it."""
+    root = make_store(tmp_path)
+    settings = ReplaySettings(baseline="baseline")
+    replay_cells(sr.read_cells(root, "planted"), settings, kernel=planted_kernel)
+    suite_file = root / "planted" / "replay.json"
+    before = json.loads(suite_file.read_text())["summary"]["block-m"]
+    lost = sorted(root.glob("planted/block-m--*"))
+    for folder in lost:
+        (folder / "cell.json").unlink()
+    outcome = replay_cells(sr.read_cells(root, "planted"), settings, force=True)
+    assert json.loads(suite_file.read_text())["summary"]["block-m"] == before
+    for folder in lost:
+        assert f"store check: {folder}: no cell.json, so not read as a cell" in outcome.notes

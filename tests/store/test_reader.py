@@ -155,3 +155,12 @@ def test_a_summary_claiming_a_huge_run_is_counted_not_listed(tmp_path) -> None:
     view = cell_with(tmp_path, steps(0, 1, 2), {"steps_done": 10**30})
     (problem,) = sr.metrics_problems(view)
     assert problem == f"run/metrics.jsonl: {10**30 - 3} steps missing (first: 3, 4, 5 ...)"
+
+
+def test_a_folder_without_cell_json_is_named_not_skipped_in_silence(tmp_path) -> None:
+    view = cell_with(tmp_path, steps(0, 1, 2, 3, 4, 5), {"steps_done": 6, "final_loss": 1.0})
+    lost = view.path.parent / "sfa--0123"
+    (lost / "run").mkdir(parents=True)
+    (view.path.parent / "logs").mkdir()  # ablate --jobs's shard logs: not a cell
+    assert [c.name for c in sr.read_cells(tmp_path)] == [view.name]
+    assert sr.unread_notes([view]) == [f"store check: {lost}: no cell.json, so not read as a cell"]

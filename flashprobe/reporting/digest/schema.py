@@ -21,7 +21,9 @@ Version 3 (written by digest.writer), strict JSON (a non-finite number is null):
                        "softmax_sum_bias": {...}, "min_row_max": {...}}, ...],
         "spectral": [{"step": 99, "wq": [...], "wk": [...], "wq_head_max": [...],
                       "wk_head_max": [...]}, ...],
-        "replay": {...} | null}]}   # the run's δ replay, compact (digest.replay); null: none
+        "replay": {...} | null}],   # the run's δ replay, compact (digest.replay); null: none
+     "notes": ["store check: ...", ...]}   # what the store's reader found wrong (absent in
+                                           # digests written before it was added)
 
     Per layer (keyed by the 0-based layer index): max_logit, key_shift_leak: the largest over
     heads; tie_events, p_bar_ones: summed over heads (null: the attention does not count them,
@@ -243,6 +245,7 @@ _DIGEST_TYPES: dict[str, tuple[type, ...]] = {
     "store": (str, _NULL),
     "every": (int, _NULL),
     "written_by": (Mapping, _NULL),
+    "notes": (list, _NULL),
 }
 _CELL_TYPES: dict[str, tuple[type, ...]] = {
     "meta.suite": (str,),

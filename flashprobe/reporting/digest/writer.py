@@ -6,14 +6,15 @@ logged step and the latest checkpoint's, the first divergence the metrics record
 curve thinned to about one record per `every` steps, every attention and spectral record
 reduced over heads, and its δ replay's compact form (digest.replay) when `flashprobe replay`
 replayed its captures. A replay.json that cannot be read is noted in the digest, not fatal: the
-training results still come back.
+training results still come back. What the store's reader finds wrong (a folder without
+cell.json) goes into the digest's `notes`, as `flashprobe report` lists it.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ def build_digest(
             "every": every,
             "suites": {k: v for k, v in suites.items() if v is not None},
             "cells": [digest_cell(cell, every) for cell in cells],
+            "notes": sr.unread_notes(cells),
         }
     )
 
@@ -63,9 +65,11 @@ def write_digest(
     every: int = DEFAULT_EVERY,
     suite: str | None = None,
     force: bool = False,
+    note: Callable[[str], None] | None = None,
 ) -> int:
     """Write the digest (strict JSON: NaN and inf are null) to `out`; refuses to replace an
-    existing file unless `force`. Returns the number of cells."""
+    existing file unless `force`; `note` is told each of its notes. Returns the number of
+    cells."""
     out = Path(out)
     if out.is_dir():
         raise FlashprobeError(f"digest output is a folder: {out}")
@@ -78,6 +82,8 @@ def write_digest(
     digest = build_digest(store, every=every, suite=suite)
     text = json.dumps(digest, allow_nan=False, separators=(",", ":")) + "\n"
     (write_text_atomic if force else write_text_new)(out, text)
+    for line in digest["notes"]:
+        (note or (lambda _msg: None))(line)
     return len(digest["cells"])
 
 

@@ -175,3 +175,17 @@ def test_an_unreadable_replay_is_noted_not_fatal(replayed_store: Path, tmp_path:
     assert runs["touchy", 0]["summary"]["diverged"]  # the training results stand
     cell.replay_path.write_text(json.dumps({"format": "flashprobe-replay/9", "records": []}))
     assert "flashprobe-replay/9" in _by_run(build_digest(store))["touchy", 0]["replay"]["error"]
+
+
+def test_a_folder_without_cell_json_is_a_note_of_the_digest(tiny_store: Path, tmp_path) -> None:
+    from flashprobe.reporting.digest.schema import load_digest
+
+    store = tmp_path / "store"
+    shutil.copytree(tiny_store, store)
+    lost = sorted(store.glob("tiny/touchy--*"))[0]
+    (lost / "cell.json").unlink()
+    said: list[str] = []
+    assert write_digest(store, tmp_path / "d.json", note=said.append) == 2
+    expected = [f"store check: {lost}: no cell.json, so not read as a cell"]
+    assert said == expected == json.loads((tmp_path / "d.json").read_text())["notes"]
+    assert len(load_digest(tmp_path / "d.json").cells) == 2
