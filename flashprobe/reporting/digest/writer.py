@@ -6,8 +6,9 @@ logged step and the latest checkpoint's, the first divergence the metrics record
 curve thinned to about one record per `every` steps, every attention and spectral record
 reduced over heads, and its δ replay's compact form (digest.replay) when `flashprobe replay`
 replayed its captures. A replay.json that cannot be read is noted in the digest, not fatal: the
-training results still come back. What the store's reader finds wrong (a folder without
-cell.json) goes into the digest's `notes`, as `flashprobe report` lists it.
+training results still come back. What the store's reader finds wrong (corrupt, repeated or
+missing metrics, a summary.json at odds with cell.json, a folder without cell.json) goes into
+the digest's `notes`, as `flashprobe report` lists it.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def build_digest(
             "every": every,
             "suites": {k: v for k, v in suites.items() if v is not None},
             "cells": [digest_cell(cell, every) for cell in cells],
-            "notes": sr.unread_notes(cells),
+            # the store check `flashprobe report` lists: damaged metrics thin the loss curve
+            "notes": [*sr.store_notes(cells), *sr.unread_notes(cells)],
         }
     )
 

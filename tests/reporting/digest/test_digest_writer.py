@@ -189,3 +189,22 @@ def test_a_folder_without_cell_json_is_a_note_of_the_digest(tiny_store: Path, tm
     expected = [f"store check: {lost}: no cell.json, so not read as a cell"]
     assert said == expected == json.loads((tmp_path / "d.json").read_text())["notes"]
     assert len(load_digest(tmp_path / "d.json").cells) == 2
+
+
+@pytest.mark.parametrize("damage", ["garbage", "binary"])
+def test_damaged_metrics_are_the_notes_report_gives(tiny_store: Path, tmp_path, damage) -> None:
+    """A garbage line or binary content in metrics.jsonl: the digest records (and `note` is
+    told) the store check `flashprobe report` lists, not a silently short loss curve."""
+    store = tmp_path / "store"
+    shutil.copytree(tiny_store, store)
+    cell = next(c for c in sr.read_cells(store) if c.variant == "fa2" and c.finished)
+    path = cell.run_dir / "metrics.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(
+        lines[0] + b"not json\n" + b"".join(lines[1:]) if damage == "garbage" else b"\x00\xff" * 64
+    )
+    said: list[str] = []
+    write_digest(store, tmp_path / "d.json", note=said.append)
+    expected = sr.store_notes(sr.read_cells(store))
+    assert expected and any(cell.name in n and "corrupt line" in n for n in expected)
+    assert said == expected == json.loads((tmp_path / "d.json").read_text())["notes"]
