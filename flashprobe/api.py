@@ -86,6 +86,8 @@ def attention(
     """
     kernel_spec = resolve_spec(spec)
     _check_inputs(q, k, v, causal, scale)
+    if not isinstance(return_stats, bool):  # any truthy value would change the return type
+        raise FlashprobeError(f"return_stats must be True or False, got {return_stats!r}")
     if tensor_backend(backend, q) == "triton":
         triton_attention = load_triton()
         return triton_attention(

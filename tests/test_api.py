@@ -192,6 +192,7 @@ GOOD = (1, 2, 8, 16)
         (_qkv(GOOD, GOOD, GOOD), {"scale": -1.0}, "scale must be a finite number"),
         (_qkv(GOOD, GOOD, GOOD), {"scale": float("nan")}, "scale must be a finite number"),
         (_qkv(GOOD, GOOD, GOOD), {"causal": "yes"}, "causal must be True or False"),
+        (_qkv(GOOD, GOOD, GOOD), {"return_stats": "no"}, "return_stats must be True or False"),
         ([torch.zeros(GOOD), [0.0], torch.zeros(GOOD)], {}, "k must be a torch.Tensor"),
     ],
 )
