@@ -83,13 +83,39 @@ def softmax_sum_bias(
     """(mean, t over rows) of ΣP − 1 for one head's softmax as the backward recomputes it from
     the forward's lse (q, k [..., T, D], lse [..., T]): scores in IEEE fp32, rounded as the spec
     rounds them. 0 for an exact lse; > 0 where a bf16 running ℓ drops the tails."""
-    from flashprobe.reference.emulator_backward import softmax_sum_error_qk
+    rec = softmax_sum_record(q, k, lse, spec, causal=causal, scale=scale)
+    return rec["softmax_sum_bias"], rec["softmax_sum_t"]  # type: ignore[return-value]
 
-    err = softmax_sum_error_qk(q, k, lse, spec, causal=causal, scale=scale).double().flatten()
+
+def softmax_sum_record(
+    q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, spec: Any, *, causal: bool, scale: float
+) -> dict[str, float | None]:
+    """`softmax_sum_bias` and where it sits: split by whether a row's largest score (as the spec
+    rounds scores) is shared by two or more keys. A bf16 ℓ's error should grow with the tied
+    keys it sums to an integer (probes.bias); a uniform injected bias (`row_sum_bias`) sits on
+    every row alike.
+
+        softmax_sum_bias, softmax_sum_t   mean and t over rows of ΣP − 1
+        tied_rows                         the share of rows whose maximum is tied
+        softmax_sum_bias_tied / _untied   mean ΣP − 1 over those rows / the others (None: none)
+        softmax_sum_tied_share            Σ ΣP − 1 over tied rows / over all rows (None: Σ 0)
+    """
+    from flashprobe.reference.emulator_backward import softmax_sum_error_and_ties_qk
+
+    err, ties = softmax_sum_error_and_ties_qk(q, k, lse, spec, causal=causal, scale=scale)
+    err, tied = err.double().flatten(), (ties.flatten() >= 2)  # type: ignore[union-attr]
     mean = float(err.mean())
     sd = float(err.std()) if err.numel() > 1 else math.nan
     t = mean / (sd / math.sqrt(err.numel())) if sd > 0 else (0.0 if mean == 0 else math.nan)
-    return mean, t
+    total = float(err.sum())
+    return {
+        "softmax_sum_bias": mean,
+        "softmax_sum_t": t,
+        "tied_rows": float(tied.double().mean()),
+        "softmax_sum_bias_tied": float(err[tied].mean()) if tied.any() else None,
+        "softmax_sum_bias_untied": float(err[~tied].mean()) if (~tied).any() else None,
+        "softmax_sum_tied_share": float(err[tied].sum()) / total if total != 0 else None,
+    }
 
 
 def relative_error(approx: torch.Tensor, exact: torch.Tensor) -> float:

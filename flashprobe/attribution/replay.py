@@ -355,9 +355,9 @@ def _replay_layer(
                     run.dk[:, j], q[:, head]
                 )
                 if run.lse is not None:
-                    rec["softmax_sum_bias"], rec["softmax_sum_t"] = mech.softmax_sum_bias(
+                    rec.update(mech.softmax_sum_record(
                         q[:, head], k[:, head], run.lse[:, j], spec, causal=causal, scale=scale
-                    )
+                    ))  # fmt: skip
                 if variant == source.variant and captured_o is not None:
                     same = torch.equal(run.o[:, j].cpu(), captured_o[:, head].to(run.o.dtype))
                     rec["matches_capture"] = same

@@ -19,6 +19,9 @@ step, layer and head (error = variant − fp64 golden):
                          up (> 0) or down (attribution.mechanism.key_shift_leak)
     softmax_sum_bias/_t  mean (and t over rows) of ΣP − 1 for the softmax the variant's backward
                          recomputes from its forward's lse (> 0: a bf16 running ℓ drops tails)
+    tied_rows, softmax_sum_bias_tied/_untied, softmax_sum_tied_share
+                         where that bias sits: rows whose largest (rounded) score two or more
+                         keys share, against the others (mechanism.softmax_sum_record)
 
 and across steps per variant, layer and head: the δ error's running sum and coherence
 |Σ_t s_t| / Σ_t |s_t|, the weight-gradient error's coherence ‖Σ_t E_t‖ / Σ_t ‖E_t‖, its top

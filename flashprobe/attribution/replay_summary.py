@@ -9,7 +9,8 @@ from typing import Any
 
 MEAN_METRICS = (
     "dq_rel", "dk_rel", "dv_rel", "wq_rel", "wk_rel", "o_abs", "key_shift_leak",
-    "key_shift_drift", "softmax_sum_bias",
+    "key_shift_drift", "softmax_sum_bias", "tied_rows", "softmax_sum_bias_tied",
+    "softmax_sum_bias_untied", "softmax_sum_tied_share",
 )  # fmt: skip
 #: Relative errors pooled over heads by each head's exact norm where the records carry it
 #: (`<name>_ref_norm`), so a head whose exact gradient is tiny cannot dominate the summary.
@@ -26,7 +27,8 @@ def summarise(docs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     dq_rel, dk_rel   the relative error of every record's gradient together (pooled by the
                  exact norms, pooled_relative_error); the mean over records for older
                  replays without the norms
-    *_rel, o_abs, key_shift_*, softmax_sum_bias   means over records
+    *_rel, o_abs, key_shift_*, softmax_sum_*, tied_rows   means over records (where the
+                 softmax-sum bias sits: mechanism.softmax_sum_record)
     *_coherence, *_similarity, growth_exponent   means over (source, layer, head) series
     counts       per replayed row
     """

@@ -85,6 +85,29 @@ def softmax_sum_error(
     return p.sum(dim=-1) - 1
 
 
+def row_max_ties(
+    s_raw: torch.Tensor, spec: KernelSpec | str, *, scale: float, low_dtype: torch.dtype
+) -> torch.Tensor:
+    """Per row, how many keys share its largest score as the spec rounds the scores (1: no tie;
+    bf16 scores tie the maximum wholesale at large logits). Masked keys are −inf and never
+    count; a fully masked row counts 0."""
+    x = log2_scores(s_raw, resolve_spec(spec), scale=scale, low_dtype=low_dtype)
+    top = x.amax(dim=-1, keepdim=True)
+    return ((x == top) & torch.isfinite(top)).sum(dim=-1)
+
+
+def _scores_qk(
+    q: torch.Tensor, k: torch.Tensor, rows: torch.Tensor, *, causal: bool
+) -> torch.Tensor:
+    """q·kᵀ of the query rows `rows` as a kernel computes it: IEEE fp32, autocast off."""
+    k = expand_kv(k, group_size(q, k))
+    with ieee_fp32_matmul(), torch.autocast(q.device.type, enabled=False):
+        s = q[..., rows, :].float() @ k.float().transpose(-2, -1)
+    if causal:  # top-left aligned: query i sees keys j <= i
+        s = s.masked_fill(torch.arange(k.shape[-2], device=q.device) > rows[:, None], -math.inf)
+    return s
+
+
 @torch.no_grad()
 def softmax_sum_error_qk(
     q: torch.Tensor,
@@ -99,15 +122,30 @@ def softmax_sum_error_qk(
     """`softmax_sum_error` from q [..., M, D], k [..., N, D] and the forward's lse [..., M], on
     the query rows `rows` (default: all): the scores again as a kernel computes them, q·kᵀ in
     IEEE fp32 (autocast off), then rounded as the spec rounds them."""
+    return softmax_sum_error_and_ties_qk(q, k, lse, spec, causal=causal, scale=scale, rows=rows,
+                                         ties=False)[0]  # fmt: skip
+
+
+@torch.no_grad()
+def softmax_sum_error_and_ties_qk(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    lse: torch.Tensor,
+    spec: KernelSpec | str,
+    *,
+    causal: bool,
+    scale: float,
+    rows: torch.Tensor | None = None,
+    ties: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`softmax_sum_error_qk` and each row's `row_max_ties` from the same scores (None when
+    `ties` is off): which rows carry the softmax-sum bias."""
     rows = torch.arange(q.shape[-2], device=q.device) if rows is None else rows
-    k = expand_kv(k, group_size(q, k))
-    with ieee_fp32_matmul(), torch.autocast(q.device.type, enabled=False):
-        s = q[..., rows, :].float() @ k.float().transpose(-2, -1)
-    if causal:  # top-left aligned: query i sees keys j <= i
-        s = s.masked_fill(torch.arange(k.shape[-2], device=q.device) > rows[:, None], -math.inf)
-    return softmax_sum_error(
-        s, lse[..., rows].float(), spec, scale=scale, causal=False, low_dtype=low_dtype_for(q.dtype)
-    )
+    s = _scores_qk(q, k, rows, causal=causal)
+    low = low_dtype_for(q.dtype)
+    err = softmax_sum_error(s, lse[..., rows].float(), spec, scale=scale, causal=False,
+                            low_dtype=low)  # fmt: skip
+    return err, (row_max_ties(s, spec, scale=scale, low_dtype=low) if ties else None)
 
 
 def delta_rows(

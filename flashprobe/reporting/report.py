@@ -220,7 +220,8 @@ _CSV = {
     "ranking": ["rank", "variant", "design", "component", "reference", "seeds", "unfinished",
                 "failed", "rate", "rate_lo", "rate_hi", "fisher_p", "steps_mean", "steps_lo",
                 "steps_hi", "delta_bias", "mechanism_share", "delta_p", "score", "verdict"],
-    "metrics": [*_METRIC_COLS, "o_abs", "replayed_rows", "steps", "matches_capture"],
+    "metrics": [*_METRIC_COLS, "tied_rows", "softmax_sum_bias_tied", "softmax_sum_bias_untied",
+                "softmax_sum_tied_share", "o_abs", "replayed_rows", "steps", "matches_capture"],
     "hotspots": ["variant", *_HOT_COLS],
 }  # fmt: skip
 _HEADERS = {

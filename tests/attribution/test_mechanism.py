@@ -137,3 +137,40 @@ def test_softmax_sum_bias_is_one_sided_only_with_a_bf16_running_l() -> None:
     assert mean > 5e-5 and t > 4, out
     for name in ("paper-code:l32", "fa2"):
         assert abs(out[name][0]) < 1e-6, out
+
+
+def test_softmax_sum_record_splits_the_bias_by_tied_row_maxima() -> None:
+    """Keys 0-63 each appear twice (keys 64-127 once): a row whose largest score falls on a
+    doubled key has a tied maximum. An injected ΣP − 1 of ε sits on every row alike, so both
+    halves of the split read ε and the tied rows' share of the sum is their share of rows."""
+    from flashprobe.reference.emulator import emulate_forward
+
+    g = torch.Generator().manual_seed(3)
+    distinct = torch.randn(1, 1, 192, 16, generator=g)
+    k = torch.cat([distinct[:, :, :64], distinct[:, :, :64], distinct[:, :, 64:128]], dim=2)
+    q = 4 * torch.randn(1, 1, 256, 16, generator=g)
+    q, k = q.bfloat16(), k.bfloat16()
+    v = torch.randn(1, 1, 192, 16, generator=g).bfloat16()
+    spec = make_spec("fa2", {"row_sum_bias": 1e-3})
+    lse = emulate_forward(q, k, v, spec, causal=False, scale=0.25).lse
+    rec = mech.softmax_sum_record(q, k, lse, spec, causal=False, scale=0.25)
+    top = (q.float() @ k.float().transpose(-2, -1)).argmax(dim=-1).flatten()
+    want_tied = float((top < 64).double().mean())  # argmax picks the first of a doubled key
+    assert 0.2 < want_tied < 0.8 and rec["tied_rows"] == pytest.approx(want_tied)
+    for name in ("softmax_sum_bias", "softmax_sum_bias_tied", "softmax_sum_bias_untied"):
+        assert rec[name] == pytest.approx(1e-3, rel=1e-2), (name, rec)
+    assert rec["softmax_sum_tied_share"] == pytest.approx(want_tied, rel=1e-2)
+    assert mech.softmax_sum_bias(q, k, lse, spec, causal=False, scale=0.25) == (
+        rec["softmax_sum_bias"], rec["softmax_sum_t"])  # fmt: skip
+
+
+def test_row_max_ties_counts_keys_at_the_rounded_maximum() -> None:
+    """bf16 scores tie 100 and 100.25 (spacing 0.5 there); fp32 scores do not. A masked key
+    never counts, a fully masked row counts 0."""
+    from flashprobe.reference.emulator_backward import row_max_ties
+
+    inf = math.inf
+    s = torch.tensor([[100.0, 100.25, 3.0, -inf], [100.0, 99.0, 100.0, 1.0], [-inf] * 4])
+    got = {name: row_max_ties(s, name, scale=1.0, low_dtype=torch.bfloat16).tolist()
+           for name in ("fa2", "paper-code")}  # fmt: skip
+    assert got == {"fa2": [1, 2, 0], "paper-code": [2, 2, 0]}
