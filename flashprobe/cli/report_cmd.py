@@ -87,7 +87,8 @@ def report_command(
 
       flashprobe report runs --suite quick --horizon 2500
     """
-    from flashprobe.reporting.report import FORMATS, TABLES, build_reports, render_reports
+    from flashprobe.reporting.report import build_reports
+    from flashprobe.reporting.report_tables import FORMATS, TABLES, render_reports
 
     if fmt not in FORMATS:
         raise FlashprobeError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")

@@ -280,7 +280,8 @@ def test_without_x_the_report_notes_the_token_summed_proxy(tmp_path) -> None:
 def test_a_planted_common_key_gradient_shows_as_key_shift_leak(tmp_path) -> None:
     """dK += c for every key (a gradient softmax cannot have) is reported as the variant's
     key-shift leak, pointing against mean(q) when c does; the baseline stays at rounding level."""
-    from flashprobe.reporting.report import build_suite_report, render_reports
+    from flashprobe.reporting.report import build_suite_report
+    from flashprobe.reporting.report_tables import render_reports
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
         run = run_kernel(*args, **kwargs)

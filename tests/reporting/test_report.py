@@ -10,7 +10,8 @@ import pytest
 
 from flashprobe.attribution.replay import replay_cells
 from flashprobe.attribution.replay_settings import ReplaySettings
-from flashprobe.reporting.report import build_reports, render_reports
+from flashprobe.reporting.report import build_reports
+from flashprobe.reporting.report_tables import render_reports
 from flashprobe.store import reader as sr
 
 # The synthetic store builder lives with the replay tests (test dirs are not packages).
