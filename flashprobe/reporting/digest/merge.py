@@ -62,6 +62,8 @@ def merge_digests(
         # every seed trained so far)
         "suites": {name: s for digest in digests for name, s in digest.suites.items()},
         "cells": [raws[cell.order]["cells"][cell.index] for cell in kept],
+        # the store checks of every input (they name their cells), once each
+        "notes": list(dict.fromkeys(str(n) for raw in raws for n in raw.get("notes") or [])),
         "merged_from": [
             {"file": Path(path).name, "written_by": raw.get("written_by"), "cells": len(d.cells)}
             for path, raw, d in zip(inputs, raws, digests, strict=True)

@@ -71,3 +71,17 @@ def test_merge_refuses_v1_and_a_single_input(tmp_path: Path, make) -> None:
     with pytest.raises(FlashprobeError, match="at least two"):
         merge_digests([v2], out)
     assert not out.exists()
+
+
+def test_merge_keeps_every_input_s_store_check_notes_once(tmp_path: Path, make) -> None:
+    paths = []
+    for name, cell, notes in (("a.json", make.cell("a", 0), ["store check: x", "store check: y"]),
+                              ("b.json", make.cell("a", 1), ["store check: y"])):  # fmt: skip
+        path = make.digest(tmp_path / name, [cell])
+        raw = json.loads(path.read_text())
+        path.write_text(json.dumps({**raw, "notes": notes}))
+        paths.append(path)
+    merge_digests(paths, tmp_path / "merged.json")
+    merged = json.loads((tmp_path / "merged.json").read_text())
+    assert merged["notes"] == ["store check: x", "store check: y"]
+    load_digest(tmp_path / "merged.json")  # still a digest
