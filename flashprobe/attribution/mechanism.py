@@ -77,33 +77,29 @@ def key_shift_leak(dk: torch.Tensor, q: torch.Tensor) -> tuple[float, float]:
     return (math.nan if leak is None else leak, math.nan if drift is None else drift)
 
 
-def softmax_sum_bias(
-    q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, spec: Any, *, causal: bool, scale: float
-) -> tuple[float, float]:
-    """(mean, t over rows) of ΣP − 1 for one head's softmax as the backward recomputes it from
-    the forward's lse (q, k [..., T, D], lse [..., T]): scores in IEEE fp32, rounded as the spec
-    rounds them. 0 for an exact lse; > 0 where a bf16 running ℓ drops the tails."""
-    rec = softmax_sum_record(q, k, lse, spec, causal=causal, scale=scale)
-    return rec["softmax_sum_bias"], rec["softmax_sum_t"]  # type: ignore[return-value]
-
-
+@torch.no_grad()
 def softmax_sum_record(
     q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, spec: Any, *, causal: bool, scale: float
 ) -> dict[str, float | None]:
-    """`softmax_sum_bias` and where it sits: split by whether a row's largest score (as the spec
-    rounds scores) is shared by two or more keys. A bf16 ℓ's error should grow with the tied
-    keys it sums to an integer (probes.bias); a uniform injected bias (`row_sum_bias`) sits on
-    every row alike.
+    """ΣP − 1 of one head's softmax as the backward recomputes it from the forward's lse (q, k
+    [..., T, D], lse [..., T]; scores in IEEE fp32, rounded as the spec rounds them: 0 for an
+    exact lse, > 0 where a bf16 running ℓ drops the tails), and where it sits: split by whether
+    a row's largest rounded score is shared by two or more keys. A uniform injected bias
+    (`row_sum_bias`) sits on every row alike.
 
         softmax_sum_bias, softmax_sum_t   mean and t over rows of ΣP − 1
         tied_rows                         the share of rows whose maximum is tied
         softmax_sum_bias_tied / _untied   mean ΣP − 1 over those rows / the others (None: none)
         softmax_sum_tied_share            Σ ΣP − 1 over tied rows / over all rows (None: Σ 0)
     """
-    from flashprobe.reference.emulator_backward import softmax_sum_error_and_ties_qk
+    from flashprobe.numerics.rounding import low_dtype_for
+    from flashprobe.reference.emulator_backward import row_max_ties, scores_qk, softmax_sum_error
 
-    err, ties = softmax_sum_error_and_ties_qk(q, k, lse, spec, causal=causal, scale=scale)
-    err, tied = err.double().flatten(), (ties.flatten() >= 2)  # type: ignore[union-attr]
+    s = scores_qk(q, k, causal=causal)  # once, for both the sum and the ties
+    low = low_dtype_for(q.dtype)
+    err = softmax_sum_error(s, lse.float(), spec, scale=scale, causal=False, low_dtype=low)
+    err = err.double().flatten()
+    tied = row_max_ties(s, spec, scale=scale, low_dtype=low).flatten() >= 2
     mean = float(err.mean())
     sd = float(err.std()) if err.numel() > 1 else math.nan
     t = mean / (sd / math.sqrt(err.numel())) if sd > 0 else (0.0 if mean == 0 else math.nan)

@@ -96,10 +96,12 @@ def row_max_ties(
     return ((x == top) & torch.isfinite(top)).sum(dim=-1)
 
 
-def _scores_qk(
-    q: torch.Tensor, k: torch.Tensor, rows: torch.Tensor, *, causal: bool
+def scores_qk(
+    q: torch.Tensor, k: torch.Tensor, *, causal: bool, rows: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """q·kᵀ of the query rows `rows` as a kernel computes it: IEEE fp32, autocast off."""
+    """q·kᵀ of the query rows `rows` (default: all) as a kernel computes it: IEEE fp32, autocast
+    off, masked keys −inf (top-left causal)."""
+    rows = torch.arange(q.shape[-2], device=q.device) if rows is None else rows
     k = expand_kv(k, group_size(q, k))
     with ieee_fp32_matmul(), torch.autocast(q.device.type, enabled=False):
         s = q[..., rows, :].float() @ k.float().transpose(-2, -1)
@@ -120,32 +122,13 @@ def softmax_sum_error_qk(
     rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`softmax_sum_error` from q [..., M, D], k [..., N, D] and the forward's lse [..., M], on
-    the query rows `rows` (default: all): the scores again as a kernel computes them, q·kᵀ in
-    IEEE fp32 (autocast off), then rounded as the spec rounds them."""
-    return softmax_sum_error_and_ties_qk(q, k, lse, spec, causal=causal, scale=scale, rows=rows,
-                                         ties=False)[0]  # fmt: skip
-
-
-@torch.no_grad()
-def softmax_sum_error_and_ties_qk(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    lse: torch.Tensor,
-    spec: KernelSpec | str,
-    *,
-    causal: bool,
-    scale: float,
-    rows: torch.Tensor | None = None,
-    ties: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`softmax_sum_error_qk` and each row's `row_max_ties` from the same scores (None when
-    `ties` is off): which rows carry the softmax-sum bias."""
+    the query rows `rows` (default: all): the scores again as a kernel computes them
+    (`scores_qk`), then rounded as the spec rounds them."""
     rows = torch.arange(q.shape[-2], device=q.device) if rows is None else rows
-    s = _scores_qk(q, k, rows, causal=causal)
-    low = low_dtype_for(q.dtype)
-    err = softmax_sum_error(s, lse[..., rows].float(), spec, scale=scale, causal=False,
-                            low_dtype=low)  # fmt: skip
-    return err, (row_max_ties(s, spec, scale=scale, low_dtype=low) if ties else None)
+    s = scores_qk(q, k, causal=causal, rows=rows)
+    return softmax_sum_error(
+        s, lse[..., rows].float(), spec, scale=scale, causal=False, low_dtype=low_dtype_for(q.dtype)
+    )
 
 
 def delta_rows(
