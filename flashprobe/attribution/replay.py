@@ -237,9 +237,9 @@ def replay_cells(
         )
         if earlier is not None:
             # captures deleted after a replay: an empty summary would wipe what report ranks with
-            kept = folder / sr.REPLAY_FILE
-            notes.append(f"kept the earlier {kept} (its captures are gone)")
-            return ReplayOutcome(suite, roles, results, str(kept), notes)
+            path = folder / sr.REPLAY_FILE
+            notes.append(f"kept the earlier {path} (its captures are gone)")
+            return ReplayOutcome(suite, roles, results, str(path), notes)
     suite_doc = {
         "format": FORMAT,
         "suite": suite,

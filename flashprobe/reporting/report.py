@@ -137,7 +137,7 @@ def build_suite_report(
         notes.insert(0, f"failed (ranking): {rule.describe()}")
     notes += _run_notes(cells, superseded, known, rule)
     notes += _runaway_notes(cells, failed_at, rule)
-    notes += sr.store_notes(every_run) + sr.unread_notes(every_run)
+    notes += sr.store_notes(every_run)
     replayed_on = saved.get("baseline")
     if docs and replayed_on and replayed_on != roles.baseline:
         notes.append(

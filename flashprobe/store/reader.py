@@ -234,7 +234,8 @@ def metrics_problems(cell: CellView) -> list[str]:
 
 
 def store_notes(cells: Sequence[CellView], shown: int = 10) -> list[str]:
-    """One note per inconsistent cell (summary.json and metrics checks), at most `shown`."""
+    """One note per inconsistent cell (summary.json and metrics checks), at most `shown`, then
+    one per folder of their suites that is not a cell (`unread_notes`)."""
     found = []
     for cell in cells:
         problems = [*cell.problems, *metrics_problems(cell)]
@@ -242,7 +243,7 @@ def store_notes(cells: Sequence[CellView], shown: int = 10) -> list[str]:
             found.append(f"store check: {cell.name}: {'; '.join(problems)}")
     if len(found) > shown:
         found = [*found[:shown], f"store check: and {len(found) - shown} more cells"]
-    return found
+    return [*found, *unread_notes(cells)]
 
 
 #: Folders of a suite that are not cells: `ablate --jobs`'s shard logs (runner.parallel.LOG_DIR).
