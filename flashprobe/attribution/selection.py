@@ -4,8 +4,10 @@ A store keeps every run it was given. Running a suite again with a longer horizo
 (`--set train.steps=3500`), after a code change (the code version is part of a cell's key), or
 with another setting under the same variant name adds cells beside the old ones; counting them
 all would count a seed twice and mix horizons in one variant's config. So a report counts each
-(variant, point, seed) once: its run with the most steps (`train.steps`), then the one started
-last. The others are listed as superseded, with what differs from the counted run.
+(variant, point, seed) once: a finished run before one cut short (which has no outcome: a cut
+rerun with a longer plan must not hide the finished run), then the run with the most steps
+(`train.steps`), then the one started last. The others are listed as superseded, with what
+differs from the counted run.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def one_run_per_seed(
     kept: set[int] = set()
     superseded = []
     for members in groups.values():
-        best = max(members, key=lambda c: (horizon(c.config), c.started))
+        best = max(members, key=lambda c: (c.finished, horizon(c.config), c.started))
         kept.add(id(best))
         superseded += [Superseded(c, best) for c in members if c is not best]
     return [c for c in cells if id(c) in kept], superseded

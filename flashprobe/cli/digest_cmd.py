@@ -45,7 +45,8 @@ def digest_merge_command(
     force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
 ) -> None:
     """Merge digests into one, keeping per variant, grid point and seed the run digest-report
-    counts (the longest, then the latest); the superseded runs are listed and left out.
+    counts (a finished run before a cut one, then the longest, then the latest); the superseded
+    runs are listed and left out.
 
     Examples:
 
@@ -106,8 +107,8 @@ def digest_report_command(
     W_K spectral norm rises first and whether before the loss; tie and P̄ = 1 counts; max
     logits; the δ error's sign, t and running sum per variant and layer of the replayed runs.
 
-    Each variant, grid point and seed counts once: its longest, then latest run over all the
-    digests; the others are listed as superseded.
+    Each variant, grid point and seed counts once over all the digests: a finished run before a
+    cut one, then its longest, then latest; the others are listed as superseded.
 
     Examples:
 

@@ -252,7 +252,8 @@ def _run_notes(
         )
         out.append(
             f"{len(superseded)} superseded run(s) not counted (each variant, grid point and seed "
-            f"counts once: its longest, then latest run): {shown}{more}"
+            "counts once: a finished run before a cut one, then its longest, then latest): "
+            f"{shown}{more}"
         )
     horizons: dict[int, list[str]] = {}
     for variant in dict.fromkeys(c.variant for c in cells):

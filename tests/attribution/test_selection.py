@@ -31,10 +31,11 @@ def add_runs(
     started: float = 1.0,
     runaway: dict[str, int] | None = None,
     only: str | None = None,
+    finished: bool = True,
     **changes: Any,
 ) -> list[Path]:
-    """Every cell of SUITE (deep-merged with `changes`; `only`: of this variant), finished,
-    under code version `code`,
+    """Every cell of SUITE (deep-merged with `changes`; `only`: of this variant), finished (or
+    cut short, without a summary), under code version `code`,
     started at file time `started`, logging the layer-0 max logit every 10 steps: 50, or 500
     from the step `runaway` gives for the variant."""
     store = ResultStore(root)
@@ -52,7 +53,8 @@ def add_runs(
         ]
         (path / "run").mkdir()
         (path / "run" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        store.finish(path, {"diverged": False, "diverged_step": None, "steps_done": steps})
+        if finished:  # else a run cut short: no summary
+            store.finish(path, {"diverged": False, "diverged_step": None, "steps_done": steps})
         for name in ("environment.json", "cell.json"):
             os.utime(path / name, (started, started))
         assert path.name.endswith(cell_key(cell, code))
@@ -69,6 +71,14 @@ def test_a_longer_horizon_supersedes_a_shorter_one_whatever_ran_last(tmp_path: P
     assert len(superseded) == 4
     assert {s.differs for s in superseded} == {"train.steps=40"}
     assert all(s.by.variant == s.cell.variant and s.by.seed == s.cell.seed for s in superseded)
+
+
+def test_a_finished_run_is_counted_before_a_longer_one_cut_short(tmp_path: Path) -> None:
+    finished = add_runs(tmp_path, started=1.0)
+    add_runs(tmp_path, started=2.0, finished=False, base={"train": {"steps": 60}}, variants={})
+    counted, superseded = one_run_per_seed(sr.read_cells(tmp_path))
+    assert sorted(c.path for c in counted) == sorted(finished)
+    assert {s.differs for s in superseded} == {"train.steps=60"}
 
 
 def test_the_latest_run_of_the_same_horizon_is_counted(tmp_path: Path) -> None:

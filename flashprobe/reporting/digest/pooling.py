@@ -1,6 +1,8 @@
 """Several digests → one run per (suite, variant, grid point, seed).
 
-The same rule as a store's (attribution.selection): the longest run, then the latest. Longest
+The same rule as a store's (attribution.selection): a run with an outcome (finished, or
+diverged) before one cut short, then the longest, then the latest: a rerun with a longer plan
+that was cut has no outcome, and must not hide the finished run it would replace. Longest
 is the planned horizon (`train.steps` of the cell config); a v1 digest has no config, so its
 runs are measured by the steps they reached. Latest is the run's start time (v2 digests),
 else the digest's place among the arguments (pass older digests first). The same run digested
@@ -66,7 +68,8 @@ def one_run_per_seed(
     return [c for c in cells if id(c) in kept], superseded
 
 
-def _preference(cell: DigestCell) -> tuple[float, float, int, int, int]:
+def _preference(cell: DigestCell) -> tuple[bool, float, float, int, int, int]:
+    has_outcome = cell.finished or cell.diverged_step is not None
     length = cell.planned_steps if cell.planned_steps is not None else cell.steps_reached
     started = cell.started if cell.started is not None else -math.inf
-    return (length, started, cell.steps_reached, cell.order, cell.index)
+    return (has_outcome, length, started, cell.steps_reached, cell.order, cell.index)

@@ -371,7 +371,8 @@ def _run_notes(
     if superseded:
         out.append(
             f"{len(superseded)} superseded run(s) not counted (each variant, grid point and seed "
-            "counts once: its longest, then latest run; listed below)"
+            "counts once: a finished run before a cut one, then its longest, then latest; listed "
+            "below)"
         )
     old = [c for c in cells if c.version < 2]
     if old:

@@ -18,7 +18,7 @@ def _pool(tmp_path: Path, make, *digests):
 
 
 def test_the_longest_run_wins_even_when_older(tmp_path: Path, make) -> None:
-    long = make.cell("a", 0, planned=4000, started=1.0, reached=1200, finished=False)
+    long = make.cell("a", 0, planned=4000, started=1.0)
     short = make.cell("a", 0, planned=2000, started=9.0)
     kept, superseded = _pool(tmp_path, make, [long], [short])
     assert [(c.planned_steps, c.started) for c in kept] == [(4000, 1.0)]
@@ -28,9 +28,32 @@ def test_the_longest_run_wins_even_when_older(tmp_path: Path, make) -> None:
     assert "d1.json#0" in s.describe() and "counted" in s.describe()
 
 
+def test_a_finished_run_wins_over_a_longer_one_cut_short(tmp_path: Path, make) -> None:
+    # a 4,000-step run cut at 2,050 has no outcome; the 3,400-step rerun that finished has one
+    cut = make.cell("a", 0, planned=4000, started=1.0, reached=2050, finished=False)
+    done = make.cell("a", 0, planned=3400, started=9.0)
+    kept, superseded = _pool(tmp_path, make, [cut], [done])
+    assert [(c.planned_steps, c.finished) for c in kept] == [(3400, True)]
+    assert superseded[0].cell.planned_steps == 4000
+
+
+def test_a_cut_run_that_diverged_has_an_outcome(tmp_path: Path, make) -> None:
+    cut = make.cell("a", 0, planned=4000, started=1.0, diverged=1500, finished=False)
+    done = make.cell("a", 0, planned=3400, started=9.0)
+    kept, _ = _pool(tmp_path, make, [cut], [done])
+    assert [(c.planned_steps, c.diverged_step) for c in kept] == [(4000, 1500)]
+
+
+def test_of_two_cut_runs_the_longest_plan_wins(tmp_path: Path, make) -> None:
+    long = make.cell("a", 0, planned=4000, started=1.0, reached=1200, finished=False)
+    short = make.cell("a", 0, planned=2000, started=9.0, reached=1500, finished=False)
+    kept, _ = _pool(tmp_path, make, [long], [short])
+    assert [c.planned_steps for c in kept] == [4000]
+
+
 def test_equal_length_the_latest_wins(tmp_path: Path, make) -> None:
     old = make.cell("a", 0, started=1.0, code="old", diverged=40)
-    new = make.cell("a", 0, started=2.0, code="new", reached=50, finished=False)
+    new = make.cell("a", 0, started=2.0, code="new")
     kept, superseded = _pool(tmp_path, make, [new], [old])  # argument order does not matter
     assert [c.meta["code_version"] for c in kept] == ["new"]
     assert superseded[0].differs == "code old"
