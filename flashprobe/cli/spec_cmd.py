@@ -23,6 +23,8 @@ from flashprobe.spec import (
     spec_fields_from_yaml,
 )
 
+FORMATS = ("table", "json", "yaml")
+
 
 @app.command("spec")
 def spec_command(
@@ -38,7 +40,9 @@ def spec_command(
         None, "--config", help="YAML file with spec fields (or a kernel: mapping)."
     ),
     fmt: str = typer.Option("table", "--format", help="table, json or yaml."),
-    presets: bool = typer.Option(False, "--presets", help="List the presets and exit."),
+    presets: bool = typer.Option(
+        False, "--presets", help="List the presets (in --format) and exit."
+    ),
 ) -> None:
     """Print a resolved kernel spec with each field's meaning.
 
@@ -52,10 +56,10 @@ def spec_command(
 
       flashprobe spec paper-code --config my_switches.yaml
     """
+    if fmt not in FORMATS:
+        raise FlashprobeError(f"--format must be table, json or yaml, got {fmt!r}")
     if presets:
-        typer.echo(
-            tabulate([(n, PRESET_DOCS[n]) for n in PRESETS], headers=["preset", "what it is"])
-        )
+        typer.echo(preset_listing(fmt))
         return
     spec = make_spec(start_fields(preset, config), parse_assignments(set_))
     data = {"label": spec.describe(), "key": spec.key(), **spec.to_dict()}
@@ -63,15 +67,23 @@ def spec_command(
         typer.echo(json.dumps(data, indent=2))
     elif fmt == "yaml":
         typer.echo(yaml.safe_dump(spec.to_dict(), sort_keys=False).rstrip())
-    elif fmt == "table":
+    else:
         fields = dataclasses.asdict(spec)  # every field, also those to_dict omits while off
         rows = [(k, format_field(k, v), FIELD_DOCS.get(k, "")) for k, v in fields.items()]
         typer.echo(f"{data['label']}  (key {data['key']})")
         typer.echo(
             tabulate(rows, headers=["field", "value", "meaning"], maxcolwidths=[None, None, 70])
         )
-    else:
-        raise FlashprobeError(f"--format must be table, json or yaml, got {fmt!r}")
+
+
+def preset_listing(fmt: str) -> str:
+    """The presets and what each one is, as --presets prints them in `fmt`."""
+    docs = {name: PRESET_DOCS[name] for name in PRESETS}
+    if fmt == "json":
+        return json.dumps(docs, indent=2, ensure_ascii=False)
+    if fmt == "yaml":
+        return yaml.safe_dump(docs, sort_keys=False, allow_unicode=True, width=1000).rstrip()
+    return tabulate(list(docs.items()), headers=["preset", "what it is"])
 
 
 def start_fields(preset: str | None, config: Path | None) -> dict[str, Any]:

@@ -2,19 +2,23 @@
 
 Suite YAML schema (expansion: suites.suite; cell config: suites.cell_config):
 
+    inherit: other.yaml             # optional: start from that suite (a path relative to this
+                                    # file): base merges key by key, other keys replace it
     name: smoke                     # store folder STORE/<name>/ (default: the file's stem)
     description: ...                # free text
-    seeds: [0, 1]                   # every variant × grid point runs once per seed
+    seeds: [0, 1]                   # every variant × grid point runs once per seed (train.seed)
     base:                           # the run every variant starts from
       model:      {n_layer, n_head, n_kv_head, n_embd, block_size, vocab_size, bias, dropout,
-                   attention: {impl: flashprobe|sdpa|math, backend: auto|emulator|triton},
-                   layers: {1: {impl: ..., heads: {7: {...}}}}}      # 0-based layers/heads
-      data:       {source: stdlib|bin, path, vocab_size, val_fraction, max_bytes, record_offsets}
+                   attention: {impl: flashprobe|sdpa|math, spec, backend: auto|emulator|triton},
+                   layers: {1: {impl, spec, backend, heads: {7: {...}}}}}  # 0-based layers/heads
+      data:       {source: stdlib|pysource|bin, path, vocab_size, val_fraction, max_bytes,
+                   cache_dir, record_offsets}
       optimizer:  {name: adamw|muon|sgd, lr, betas, eps, weight_decay, muon_*}
       schedule:   {kind: cosine|constant, warmup_steps, decay_steps, min_lr}
       train:      {steps, batch_size, micro_batch_size, precision: bf16|fp32, grad_clip,
-                   device: auto|cpu|cuda, allow_tf32, cpu_threads, checkpoint_every,
-                   checkpoint_final, keep_checkpoints}
+                   device: auto|cpu|cuda, allow_tf32, deterministic, cpu_threads,
+                   compile, compile_mode: default|reduce-overhead|max-autotune-no-cudagraphs,
+                   checkpoint_every, checkpoint_final, keep_checkpoints}
       divergence: {nonfinite, rise_factor, rise_margin, rise_window, spike_sigma, spike_window,
                    patience, min_step, stop}
       metrics:    {log_every, eval_every, eval_batches, spectral_every, attention_stats_every}

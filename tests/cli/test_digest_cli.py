@@ -119,3 +119,15 @@ def test_digest_merge(run_cli, store: Path, tmp_path: Path) -> None:
     result = run_cli("digest-merge", str(tmp_path / "m.json"), str(first), str(tmp_path / "no"))
     assert result.code == 2 and "digest not found" in result.err
     assert not (tmp_path / "m.json").exists()
+
+
+def test_digest_merge_output_under_a_file_is_one_line(run_cli, store: Path, tmp_path: Path) -> None:
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    for out in (first, second):
+        assert run_cli("digest", str(store), str(out)).code == 0
+    blocker = tmp_path / "plain-file"
+    blocker.write_text("")
+    result = run_cli("digest-merge", str(blocker / "m.json"), str(first), str(second))
+    assert result.code == 2, result.err
+    assert "merge output" in result.err and "not a folder" in result.err
+    assert result.err.count("\n") == 1 and "Traceback" not in result.err

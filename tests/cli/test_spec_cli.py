@@ -87,3 +87,22 @@ def test_spec_table_values_can_be_typed_back(run_cli, preset: str) -> None:
     typed = parse_assignments(f"{k}={v}" for k, v in shown.items())
     assert make_spec("fa2", typed) == make_spec(preset)
     assert again.out.splitlines()[0].split()[-1] == lines[0].split()[-1]  # same key
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_presets_listing_follows_format(run_cli, fmt: str) -> None:
+    import yaml
+
+    from flashprobe.spec import PRESET_DOCS, PRESETS
+
+    result = run_cli("spec", "--presets", "--format", fmt)
+    assert result.code == 0, result.err
+    data = json.loads(result.out) if fmt == "json" else yaml.safe_load(result.out)
+    assert data == {name: PRESET_DOCS[name] for name in PRESETS}
+    assert list(data) == list(PRESETS)
+
+
+def test_presets_listing_refuses_a_bad_format(run_cli) -> None:
+    result = run_cli("spec", "--presets", "--format", "xml")
+    assert result.code == 2
+    assert "--format" in result.err and len(result.err.strip().splitlines()) == 1

@@ -56,3 +56,45 @@ def test_replay_settings_of_a_suite(make_suite) -> None:
     assert replay_settings(suite_of({**make_suite(), "replay": None})).backend == "auto"
     settings = replay_settings(suite_of(make_suite(replay={"baseline": "fa2", "safe": "sfa"})))
     assert (settings.baseline, settings.safe, settings.sources) == ("fa2", "sfa", "baseline")
+
+
+def test_the_schema_docstring_names_every_key() -> None:
+    """docs/ablate.md sends readers to this docstring for "every key": keep it complete."""
+    import dataclasses
+    import re
+    import typing
+
+    from flashprobe.attribution.failure import FailureRule
+    from flashprobe.attribution.replay_settings import REPLAY_KEYS
+    from flashprobe.data.config import DataConfig
+    from flashprobe.model.config import AttentionConfig
+    from flashprobe.runner import prepare
+    from flashprobe.suites.cell_config import CaptureConfig
+    from flashprobe.suites.estimate import THROUGHPUT_KEYS
+    from flashprobe.suites.suite import BRANCH_KEYS, SUITE_KEYS
+    from flashprobe.train.config import TrainConfig
+
+    doc = prepare.__doc__ or ""
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", doc))
+    missing = {f"suite.{k}" for k in (*SUITE_KEYS, "inherit") if k not in words}
+    missing |= {f"branch.{k}" for k in BRANCH_KEYS if k not in words}
+    missing |= {f"replay.{k}" for k in REPLAY_KEYS if k not in words}
+    missing |= {f"throughput.{k}" for k in THROUGHPUT_KEYS if k not in words}
+    sections = {**TrainConfig.SECTIONS, "model.attention": AttentionConfig}
+    sections |= {"capture": CaptureConfig, "failure": FailureRule}
+    for section, cls in sections.items():
+        for field in dataclasses.fields(cls):
+            if field.name == "attention" or field.name.startswith(("capture_", "muon_")):
+                continue  # a section of its own; metrics.capture_* is the old form of capture:
+            if field.name not in words:
+                missing.add(f"{section}.{field.name}")
+    assert "muon_*" in doc
+    # every value of a Literal-typed field is listed (data.source: stdlib|pysource|bin, ...)
+    for cls in (DataConfig, *TrainConfig.SECTIONS.values(), AttentionConfig):
+        hints = typing.get_type_hints(cls)
+        for field in dataclasses.fields(cls):
+            if typing.get_origin(hints[field.name]) is typing.Literal:
+                for value in typing.get_args(hints[field.name]):
+                    if not re.search(rf"(?<![\w-]){re.escape(str(value))}(?![\w-])", doc):
+                        missing.add(f"{cls.SECTION}.{field.name}={value}")
+    assert not missing, f"prepare.py's schema lacks {sorted(missing)}"

@@ -19,7 +19,7 @@ from typing import Any
 
 from flashprobe import __version__
 from flashprobe.errors import FlashprobeError
-from flashprobe.reporting.atomic import write_text_atomic, write_text_new
+from flashprobe.reporting.atomic import check_output_folder, write_text_atomic, write_text_new
 from flashprobe.reporting.digest.pooling import Superseded, one_run_per_seed
 from flashprobe.reporting.digest.schema import FORMAT, load_digest
 
@@ -40,6 +40,7 @@ def merge_digests(
         raise FlashprobeError("digest-merge needs at least two digest files")
     if out.is_dir():
         raise FlashprobeError(f"merge output is a folder: {out}")
+    check_output_folder(out.parent, "merge output")
     if out.exists() and not force:
         raise FlashprobeError(f"{out} exists; refusing to overwrite it (--force replaces it)")
     digests = [load_digest(path, order) for order, path in enumerate(inputs)]

@@ -85,3 +85,12 @@ def test_merge_keeps_every_input_s_store_check_notes_once(tmp_path: Path, make) 
     merged = json.loads((tmp_path / "merged.json").read_text())
     assert merged["notes"] == ["store check: x", "store check: y"]
     load_digest(tmp_path / "merged.json")  # still a digest
+
+
+def test_merge_refuses_an_output_under_a_file_before_reading(tmp_path: Path, make) -> None:
+    a = make.digest(tmp_path / "a.json", [make.cell("a", 0, planned=100, started=1.0)])
+    b = make.digest(tmp_path / "b.json", [make.cell("a", 1, planned=100, started=2.0)])
+    blocker = tmp_path / "plain-file"
+    blocker.write_text("")
+    with pytest.raises(FlashprobeError, match=r"merge output .*plain-file is not a folder"):
+        merge_digests([a, b], blocker / "merged.json")
