@@ -159,7 +159,22 @@ def cell_line(outcome: CellOutcome, total: int) -> str:
         f"{head}: {state}, {summary.get('steps_done')} steps, loss "
         f"{_num(summary.get('final_loss'))} (min {_num(summary.get('min_loss'))}), "
         f"{_si(summary.get('tokens_per_s'))} tok/s, {_duration(summary.get('wall_time_s'))}"
+        f"{_overhead(summary)}"
     )
+
+
+def _overhead(summary: Mapping[str, Any], share: float = 0.05) -> str:
+    """The phases besides training that took at least `share` of the wall time, e.g.
+    " (checkpoint 0:31)": where a slow cell's time went."""
+    phases, wall = summary.get("time_by_phase_s"), summary.get("wall_time_s")
+    if not isinstance(phases, dict) or not isinstance(wall, int | float) or wall <= 0:
+        return ""
+    big = [
+        f"{name} {_duration(seconds)}"
+        for name, seconds in phases.items()
+        if name != "train" and isinstance(seconds, int | float) and seconds >= share * wall
+    ]
+    return f" ({', '.join(big)})" if big else ""
 
 
 def _num(value: Any) -> str:

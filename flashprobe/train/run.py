@@ -72,6 +72,8 @@ RESUMABLE_KEYS = frozenset(
 )
 #: A record holding only these is skipped between log_every steps; any other key forces a write.
 EVERY_STEP_KEYS = frozenset({"step", "loss", "grad_norm", "lr", "tokens_per_s", "time_s"})
+#: The phases of RunSummary.time_by_phase_s, in the order they are reported.
+PHASES = ("train", "eval", "spectral", "checkpoint", "capture", "other")
 _TORCH_STREAM = 0x70C4  # the per-step torch seed stream, independent of the data stream
 
 
@@ -87,6 +89,10 @@ class RunSummary:
     divergence_rule: str | None
     tokens_per_s: float
     wall_time_s: float
+    #: Where the wall time went (seconds, PHASES): the training steps, the periodic metrics,
+    #: checkpoints, capture writes, and the rest (logging, data offsets): tells a slow cell's
+    #: overhead from its kernels. A branched run's includes its source's, as wall_time_s does.
+    time_by_phase_s: dict[str, float] = dataclasses.field(default_factory=dict)
     #: Why a resume started before the newest checkpoint (a damaged checkpoint or log line;
     #: checkpoint.ResumePoint): empty when it did not.
     resume_notes: tuple[str, ...] = ()
@@ -106,6 +112,11 @@ class RunState:
     train_time_s: float = 0.0  # forward/backward/update time only
     wall_time_s: float = 0.0
     tokens: int = 0
+    #: Seconds spent in each non-training phase (eval, spectral, checkpoint, capture).
+    phase_time_s: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def add_phase_time(self, phase: str, seconds: float) -> None:
+        self.phase_time_s[phase] = self.phase_time_s.get(phase, 0.0) + seconds
 
 
 def train_run(
@@ -300,7 +311,8 @@ class _Run:
                     )
                     cut = interrupt.requested and not (last or stopped)  # else: just finish
                     if due or cut:
-                        self._checkpoint()
+                        with self._timed("checkpoint"):
+                            self._checkpoint()
                     if cut:  # resumable from this very step
                         raise KeyboardInterrupt
         finally:
@@ -375,7 +387,8 @@ class _Run:
             if want_stats:
                 record["attention"] = recorder.stats_dict()
             if capture and dist.is_main:
-                self.capture_sink(step, recorder.tensors)
+                with self._timed("capture"):
+                    self.capture_sink(step, recorder.tensors)
         return record, divergence
 
     def _forward_backward(self, offsets: np.ndarray) -> float:
@@ -401,17 +414,30 @@ class _Run:
         cfg = self.config.metrics
         last = step + 1 == self.config.train.steps
         if cfg.eval_every and (_every(cfg.eval_every, step) or last):
-            self.state.last_val_loss = validation_loss(
-                self.model,
-                self.dataset.val,
-                batches=cfg.eval_batches,
-                micro_batch_size=self.micro_batch,
-                dist=self.dist,
-                precision=self.config.train.precision,
-            )
+            with self._timed("eval"):
+                self.state.last_val_loss = validation_loss(
+                    self.model,
+                    self.dataset.val,
+                    batches=cfg.eval_batches,
+                    micro_batch_size=self.micro_batch,
+                    dist=self.dist,
+                    precision=self.config.train.precision,
+                )
             record["val_loss"] = self.state.last_val_loss
         if _every(cfg.spectral_every, step):
-            record["spectral"] = qk_spectral_norms(self.model)
+            with self._timed("spectral"):
+                record["spectral"] = qk_spectral_norms(self.model)
+
+    @contextlib.contextmanager
+    def _timed(self, phase: str) -> Iterator[None]:
+        """Add the block's time (device work included) to the run's phase_time_s."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.dist.device.type == "cuda":
+                torch.cuda.synchronize(self.dist.device)
+            self.state.add_phase_time(phase, time.perf_counter() - start)
 
     def _write_capture(self, step: int, tensors: dict[str, torch.Tensor]) -> None:
         folder = self.out_dir / "captures"
@@ -458,8 +484,16 @@ class _Run:
             divergence_rule=first.rule if first else None,
             tokens_per_s=state.tokens / state.train_time_s if state.train_time_s else 0.0,
             wall_time_s=state.wall_time_s,
+            time_by_phase_s=_time_by_phase(state),
             resume_notes=self.resume_notes,
         )
+
+
+def _time_by_phase(state: RunState) -> dict[str, float]:
+    """RunSummary.time_by_phase_s: every phase of PHASES, rounded to milliseconds."""
+    phases = {"train": state.train_time_s, **state.phase_time_s}
+    phases["other"] = max(state.wall_time_s - sum(phases.values()), 0.0)
+    return {name: round(phases.get(name, 0.0), 3) for name in PHASES}
 
 
 def _readable(path: Path) -> bool:

@@ -8,7 +8,7 @@ import re
 import pytest
 import yaml
 
-from flashprobe.cli.ablate_progress import log_interval
+from flashprobe.cli.ablate_progress import _overhead, log_interval
 
 SUITE = {
     "name": "tiny",
@@ -45,3 +45,11 @@ def test_a_log_gets_a_line_every_n_steps_with_both_etas(run_cli, tmp_path) -> No
     assert "[2/2] sfa/seed0: done, 6 steps" in result.err  # the finished cell's line
     quiet = run_cli("ablate", "-c", str(config), "--store", str(tmp_path / "q"), "--log-every", "0")
     assert quiet.code == 0 and ": step " not in quiet.err and "[1/2] fa2/seed0: done" in quiet.err
+
+
+def test_the_cell_line_names_the_phases_that_took_a_twentieth_of_the_time() -> None:
+    phases = {"train": 215.0, "eval": 2.0, "spectral": 20.0, "checkpoint": 31.0, "other": 4.0}
+    summary = {"wall_time_s": 272.0, "time_by_phase_s": phases}
+    assert _overhead(summary) == " (spectral 0:20, checkpoint 0:31)"
+    assert _overhead({"wall_time_s": 272.0}) == ""  # a summary from before the phases
+    assert _overhead({"wall_time_s": 0, "time_by_phase_s": phases}) == ""

@@ -17,6 +17,7 @@ from flashprobe.model import GPT
 from flashprobe.train import train_run
 from flashprobe.train.checkpoint import load_weights, read_checkpoint
 from flashprobe.train.metrics import read_jsonl
+from flashprobe.train.run import PHASES
 
 
 def losses(run_dir) -> dict[int, float]:
@@ -50,6 +51,31 @@ def test_metrics_records_and_run_files(tmp_path, make_config) -> None:
     saved = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert saved == summary.to_dict() and summary.tokens_per_s > 0
     assert summary.final_val_loss == records[-1]["val_loss"]
+
+
+def test_the_summary_says_where_the_wall_time_went(tmp_path, make_config) -> None:
+    summary = train_run(make_config(train={"checkpoint_every": 4}), tmp_path / "run")
+    phases = summary.time_by_phase_s
+    assert list(phases) == list(PHASES)
+    assert all(v > 0 for k, v in phases.items() if k not in ("capture", "other"))
+    assert phases["capture"] == 0 and phases["other"] >= 0
+    assert sum(phases.values()) == pytest.approx(summary.wall_time_s, abs=0.01)
+    saved = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert saved["time_by_phase_s"] == phases
+    bare = make_config(train={"checkpoint_final": False}, metrics={"eval_every": 0})
+    quiet = train_run(bare, tmp_path / "quiet").time_by_phase_s
+    assert quiet["checkpoint"] == 0 and quiet["eval"] == 0 and quiet["spectral"] > 0
+
+
+def test_a_checkpoint_without_phase_times_still_resumes(tmp_path, make_config) -> None:
+    constant = {"kind": "constant"}
+    train_run(make_config(schedule=constant, train={"steps": 8}), tmp_path / "run")
+    state_file = tmp_path / "run" / "checkpoints" / "step_0000008" / "state.json"
+    state = json.loads(state_file.read_text())
+    del state["run"]["phase_time_s"]  # as written before the phases were timed
+    state_file.write_text(json.dumps(state))
+    summary = train_run(make_config(schedule=constant), tmp_path / "run", resume=True)
+    assert summary.steps_done == 12 and summary.time_by_phase_s["checkpoint"] > 0
 
 
 class Interrupted(Exception):
