@@ -1,7 +1,8 @@
 """What a suite costs before it runs: tokens to train, and time where a throughput was measured.
 
-A suite may record measured throughputs (training tokens/s of one process, with the --jobs it
-ran under) in a `throughput:` list:
+A suite may record measured throughputs (tokens/s of one process over its cells' wall time,
+evaluation, metrics and checkpoints included, with the --jobs it ran under) in a `throughput:`
+list:
 
     throughput:
       - {device: NVIDIA H200, jobs: 9, tokens_per_s: 95000}   # 9 processes side by side
