@@ -163,16 +163,18 @@ def cell_line(outcome: CellOutcome, total: int) -> str:
     )
 
 
-def _overhead(summary: Mapping[str, Any], share: float = 0.05) -> str:
-    """The phases besides training that took at least `share` of the wall time, e.g.
-    " (checkpoint 0:31)": where a slow cell's time went."""
+def _overhead(summary: Mapping[str, Any], share: float = 0.05, floor_s: float = 1.0) -> str:
+    """The phases besides training that took at least `share` of the wall time and `floor_s`,
+    e.g. " (checkpoint 0:31)": where a slow cell's time went."""
     phases, wall = summary.get("time_by_phase_s"), summary.get("wall_time_s")
     if not isinstance(phases, dict) or not isinstance(wall, int | float) or wall <= 0:
         return ""
     big = [
         f"{name} {_duration(seconds)}"
         for name, seconds in phases.items()
-        if name != "train" and isinstance(seconds, int | float) and seconds >= share * wall
+        if name != "train"
+        and isinstance(seconds, int | float)
+        and seconds >= max(share * wall, floor_s)
     ]
     return f" ({', '.join(big)})" if big else ""
 

@@ -53,3 +53,5 @@ def test_the_cell_line_names_the_phases_that_took_a_twentieth_of_the_time() -> N
     assert _overhead(summary) == " (spectral 0:20, checkpoint 0:31)"
     assert _overhead({"wall_time_s": 272.0}) == ""  # a summary from before the phases
     assert _overhead({"wall_time_s": 0, "time_by_phase_s": phases}) == ""
+    tiny = {"train": 0.5, "eval": 0.2, "other": 0.1}  # a CPU test cell: nothing worth naming
+    assert _overhead({"wall_time_s": 0.8, "time_by_phase_s": tiny}) == ""
