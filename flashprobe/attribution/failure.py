@@ -12,7 +12,9 @@ logit-runaway   a sampled max attention logit (of `layers`, default every layer,
                 run can see.
 
 A run counts once it finished, or once it failed (a run cut off after its failure has a known
-outcome; one cut off before has none). With a `horizon` (report --horizon), the outcome is the
+outcome; one cut off before has none). A run cut off without a summary after its divergence
+rule fired (`divergence.stop: false`, or killed before it wrote summary.json) failed at the
+divergence its metrics recorded, as digest-report reads it. With a `horizon` (report --horizon), the outcome is the
 one at that step, so runs of different lengths compare fairly: a failure after it does not
 count, and a run counts once it failed by the horizon or trained that many steps (one that
 ended sooner without failing has no outcome there). A branched cell trained only from its
@@ -129,9 +131,26 @@ def failure_steps(
     """Per cell (by folder): the step it failed at under `rule`, None if it did not. A branched
     cell's source is looked up among `cells` and `sources`."""
     if rule.event == "divergence":
-        return {c.path: rule.step(c.summary, ()) for c in cells}
+        return {c.path: rule.step(outcome_summary(c), ()) for c in cells}
     by_key = {c.meta.get("key"): c for c in (*sources, *cells)}
-    return {cell.path: rule.step(cell.summary, _history(cell, by_key)) for cell in cells}
+    return {cell.path: rule.step(outcome_summary(cell), _history(cell, by_key)) for cell in cells}
+
+
+def outcome_summary(cell: sr.CellView) -> Mapping[str, Any] | None:
+    """The cell's summary; a run cut off without one: its first divergence recorded in the
+    metrics (a run cut after it diverged has that outcome), else None."""
+    if cell.summary is not None:
+        return cell.summary
+    for record in sr.read_metrics(cell):
+        step = (record.get("divergence") or {}).get("step")
+        if isinstance(step, int) and not isinstance(step, bool):
+            return {"diverged": True, "diverged_step": step}
+    return None
+
+
+def has_outcome(cell: sr.CellView) -> bool:
+    """Finished, or cut off after its divergence rule fired (outcome_summary)."""
+    return cell.finished or outcome_summary(cell) is not None
 
 
 def counted(

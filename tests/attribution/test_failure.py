@@ -190,3 +190,18 @@ def test_a_branched_cells_source_may_come_from_outside_the_counted_cells(tmp_pat
     fa2 = [c for c in cells if c.variant == "fa2"]
     assert by_variant(fa2, RUNAWAY) == {"fa2": 30}  # its own records only
     assert failure_steps(fa2, RUNAWAY, sources=cells) == {fa2[0].path: 10}
+
+
+def test_a_run_cut_after_it_diverged_failed_at_its_recorded_divergence(tmp_path: Path) -> None:
+    """No summary (divergence.stop false, cut later): the metrics' divergence is its outcome,
+    under either event, as digest-report counts it."""
+    cells = sr.read_cells(make_store(tmp_path, 30))
+    cut = next(c for c in cells if c.variant == "acc-fp32")  # cut at step 30, no summary
+    rows = [json.loads(line) for line in (cut.run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows[0]["divergence"] = {"step": 20, "rule": "rise", "detail": "loss 9 vs running min 1"}
+    (cut.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for rule in (FailureRule(), RUNAWAY):
+        failed_at = failure_steps(cells, rule)
+        assert failed_at[cut.path] == 20, rule.event
+        assert cut.path in counted(cells, failed_at, rule)
+    assert outcomes(cells, failure_steps(cells, FailureRule()))["acc-fp32"].failed == 1
