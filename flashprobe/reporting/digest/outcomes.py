@@ -21,7 +21,9 @@ step; with a horizon, within its steps, as `flashprobe report` looks), the repor
 never changes an outcome.
 
 The control check (issue 23): a variant passes when none of its seeds diverged within twice the
-reference's median divergence step and every seed ran at least that far.
+reference's median divergence step and every seed ran at least that far. Steps are 0-based, so
+the bound B is a step: a divergence at step B is within it, and a seed ran that far when it
+trained step B, i.e. more than B steps (a run of exactly B steps stopped one step short).
 """
 
 from __future__ import annotations
@@ -222,9 +224,9 @@ class ControlCheck:
     row: VariantOutcome
     reference: VariantOutcome
     bound: float
-    early: tuple[SeedOutcome, ...]  # diverged at or before the bound
-    short: tuple[SeedOutcome, ...]  # stopped before the bound without diverging
-    clean: tuple[SeedOutcome, ...]  # ran to the bound without diverging by then
+    early: tuple[SeedOutcome, ...]  # diverged at or before the bound (a 0-based step)
+    short: tuple[SeedOutcome, ...]  # stopped before step `bound` without diverging
+    clean: tuple[SeedOutcome, ...]  # trained step `bound` without diverging by then
 
     @property
     def passed(self) -> bool:
@@ -284,7 +286,7 @@ def control_check(
             step = s.cell.diverged_step
             if step is not None and step <= bound:
                 early.append(s)
-            elif step is not None or s.cell.steps_reached >= bound:
+            elif step is not None or s.cell.steps_reached > bound:  # trained step `bound`
                 clean.append(s)
             else:
                 short.append(s)

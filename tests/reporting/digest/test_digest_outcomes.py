@@ -112,6 +112,19 @@ def test_no_fisher_without_outcomes_or_reference(tmp_path: Path, make) -> None:
     assert [r.fisher_p for r in variant_outcomes(cells)] == [None] * 4
 
 
+def test_a_control_seed_of_exactly_bound_steps_stopped_short(tmp_path: Path, make) -> None:
+    """0-based steps: a seed of 2200 steps trained steps 0-2199, so it never ran step 2200,
+    where a divergence would count as within the bound: it has not run that far."""
+    cells = _cells(tmp_path, make, [
+        make.cell("paper-code", 0, planned=4000, diverged=1100),
+        make.cell("fp32", 0, planned=2200),
+        make.cell("fp32", 1, planned=4000, diverged=2200),
+    ])  # fmt: skip
+    (check,) = control_check(variant_outcomes(cells, reference="paper-code"), "paper-code")
+    assert check.bound == 2200 and not check.passed
+    assert [s.seed for s in check.short] == [0] and [s.seed for s in check.early] == [1]
+
+
 def test_control_check_at_twice_the_reference_median(tmp_path: Path, make) -> None:
     cells = _cells(tmp_path, make, [
         make.cell("paper-code", 0, planned=4000, diverged=1000),
@@ -121,7 +134,7 @@ def test_control_check_at_twice_the_reference_median(tmp_path: Path, make) -> No
         make.cell("fa2", 2, planned=4000, diverged=2200),  # diverged at 2200: within
         make.cell("fa2", 3, planned=4000, reached=1500, finished=False),  # cut short
         make.cell("fp32", 0, planned=4000),
-        make.cell("fp32", 1, planned=2200),  # exactly to the bound: far enough
+        make.cell("fp32", 1, planned=2201),  # trained step 2200 itself: far enough
         make.cell("bf16", 0, planned=4000, reached=2199),  # one step short, finished
     ])  # fmt: skip
     checks = control_check(variant_outcomes(cells, reference="paper-code"), "paper-code")
