@@ -4,9 +4,10 @@
         [--limit 1000] [--horizon 3000]
 
 Prints, per variant and seed, the first sampled step at which the layer-1 max attention logit
-exceeds the limit (the runaway), how many seeds failed by the horizon as ablations/quick.yaml's
-rule counts it (a runaway, or a divergence first; 3000 steps; a seed that stopped earlier
-without failing has no outcome), where the
+exceeds the limit (the runaway), how many seeds failed within the horizon's steps (0-based
+steps below it, as `flashprobe report --horizon`) as ablations/quick.yaml's rule counts it (a
+runaway, or a divergence first; 3000 steps; a seed that stopped earlier without failing has no
+outcome), where the
 loss rule tripped, the last step recorded and the median layer-1 key-shift leak over steps
 ≤ 1000 (before any runaway). The figure has one panel
 per variant: the layer-1 max logit of each seed against the step, log scale; and one of the
@@ -86,7 +87,7 @@ def main() -> None:
         ends = [(c["summary"] or {}).get("diverged_step") for c in mine]
         fails = [min((x for x in (s, e) if x is not None), default=None)
                  for s, e in zip(runaway, ends, strict=True)]  # fmt: skip
-        early = [s is not None and s <= args.horizon for s in fails]
+        early = [s is not None and s < args.horizon for s in fails]  # 0-based: steps < N
         known = [e or _steps_done(c) >= args.horizon for e, c in zip(early, mine, strict=True)]
         leaks = [x for c in mine for s, x in layer_series(c, 3) if s <= 1000]
         leak = f"{statistics.median(leaks):.4f}" if leaks else "—"

@@ -2,7 +2,7 @@
 
     failure: {event: divergence}                                  # the default
     failure: {event: logit-runaway, logit_limit: 1000, layers: [1]}
-    failure: {event: logit-runaway, horizon: 2500}                # counted at step 2,500
+    failure: {event: logit-runaway, horizon: 2500}                # counted after 2,500 steps
 
 divergence      the run's own divergence rule fired (train.divergence; summary.diverged).
 logit-runaway   a sampled max attention logit (of `layers`, default every layer, any head) went
@@ -12,9 +12,14 @@ logit-runaway   a sampled max attention logit (of `layers`, default every layer,
                 run can see.
 
 A run counts once it finished, or once it failed (a run cut off after its failure has a known
-outcome; one cut off before has none). With a `horizon` (report --horizon), the outcome is the
-one at that step, so runs of different lengths compare fairly: a failure after it does not
-count, and a run counts once it failed by the horizon or trained that many steps (one that
+outcome; one cut off before has none). A run cut off without a summary after its divergence
+rule fired (`divergence.stop: false`, or killed before it wrote summary.json) failed at the
+divergence its metrics recorded, as digest-report reads it.
+
+With a `horizon` H (report --horizon), the outcome is the one after H steps: steps are 0-based,
+so those are steps 0 … H − 1, the steps a run of `train.steps: H` trains. Runs of different
+lengths then compare fairly: a failure at step H or later does not count (a run of H steps
+never reached it), and a run counts once it failed before step H or trained H steps (one that
 ended sooner without failing has no outcome there). A branched cell trained only from its
 branch step: its steps before that are its source's, read from the source's metrics.
 """
@@ -89,7 +94,7 @@ class FailureRule:
         return "divergence" if self.event == "divergence" else "logit runaway"
 
     def describe(self) -> str:
-        by = "" if self.horizon is None else f" by step {self.horizon}"
+        by = "" if self.horizon is None else f" within its first {self.horizon} steps"
         if self.event == "divergence":
             return f"the run's divergence rule fired{by}"
         where = "any layer" if self.layers is None else f"layer {', '.join(map(str, self.layers))}"
@@ -101,8 +106,8 @@ class FailureRule:
     def step(
         self, summary: Mapping[str, Any] | None, records: Iterable[Mapping[str, Any]]
     ) -> int | None:
-        """The step at which this run failed (None: it did not, as far as it went or by the
-        horizon)."""
+        """The step at which this run failed (None: it did not, as far as it went or within the
+        horizon's steps: 0-based, a failure at step `horizon` is one step past them)."""
         diverged = None
         if summary and summary.get("diverged") and summary.get("diverged_step") is not None:
             diverged = int(summary["diverged_step"])
@@ -110,7 +115,7 @@ class FailureRule:
         if self.event != "divergence":
             runaway = next((int(r.get("step", 0)) for r in records if self._runs_away(r)), None)
         failed = min((s for s in (diverged, runaway) if s is not None), default=None)
-        return None if failed is None or (self.horizon and failed > self.horizon) else failed
+        return None if failed is None or (self.horizon and failed >= self.horizon) else failed
 
     def _runs_away(self, record: Mapping[str, Any]) -> bool:
         layers = record.get("attention") or {}
@@ -129,9 +134,26 @@ def failure_steps(
     """Per cell (by folder): the step it failed at under `rule`, None if it did not. A branched
     cell's source is looked up among `cells` and `sources`."""
     if rule.event == "divergence":
-        return {c.path: rule.step(c.summary, ()) for c in cells}
+        return {c.path: rule.step(outcome_summary(c), ()) for c in cells}
     by_key = {c.meta.get("key"): c for c in (*sources, *cells)}
-    return {cell.path: rule.step(cell.summary, _history(cell, by_key)) for cell in cells}
+    return {cell.path: rule.step(outcome_summary(cell), _history(cell, by_key)) for cell in cells}
+
+
+def outcome_summary(cell: sr.CellView) -> Mapping[str, Any] | None:
+    """The cell's summary; a run cut off without one: its first divergence recorded in the
+    metrics (a run cut after it diverged has that outcome), else None."""
+    if cell.summary is not None:
+        return cell.summary
+    for record in sr.read_metrics(cell):
+        step = (record.get("divergence") or {}).get("step")
+        if isinstance(step, int) and not isinstance(step, bool):
+            return {"diverged": True, "diverged_step": step}
+    return None
+
+
+def has_outcome(cell: sr.CellView) -> bool:
+    """Finished, or cut off after its divergence rule fired (outcome_summary)."""
+    return cell.finished or outcome_summary(cell) is not None
 
 
 def counted(

@@ -6,6 +6,12 @@ attribution, `o-fp32` seed 1: docs/findings.md). `gradient_runaway` finds the fi
 whose gradient norm is at least RUNAWAY_FACTOR times the median of the run's earlier logged
 norms (at least RUNAWAY_HISTORY of them). Reports name such runs beside their outcome; it never
 changes an outcome or a count.
+
+The norms are the run's own logged ones: a branched run's start at its branch step (its source's
+earlier steps are not part of its median; `report` and `digest-report` both read them so). With
+the source's norms before the branch in front, the AdamW attribution flags the same runs, four
+of them 10–70 steps later (`o-fp32` seed 1: 2,929 instead of 2,859). A non-finite or
+missing norm is skipped (a non-finite one fires the loss rule's `nonfinite` check anyway).
 """
 
 from __future__ import annotations

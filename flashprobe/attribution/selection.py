@@ -4,8 +4,9 @@ A store keeps every run it was given. Running a suite again with a longer horizo
 (`--set train.steps=3500`), after a code change (the code version is part of a cell's key), or
 with another setting under the same variant name adds cells beside the old ones; counting them
 all would count a seed twice and mix horizons in one variant's config. So a report counts each
-(variant, point, seed) once: a finished run before one cut short (which has no outcome: a cut
-rerun with a longer plan must not hide the finished run), then the run with the most steps
+(variant, point, seed) once: a run with an outcome (finished, or cut off after it diverged:
+attribution.failure.has_outcome) before one cut short without (a cut rerun with a longer plan
+must not hide the finished run), then the run with the most steps
 (`train.steps`), then the one started last. The others are listed as superseded, with what
 differs from the counted run.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from flashprobe.attribution.failure import has_outcome
 from flashprobe.attribution.ranking import component_diff, component_label
 from flashprobe.store import reader as sr
 from flashprobe.suites.cell_config import horizon
@@ -51,7 +53,7 @@ def one_run_per_seed(
     kept: set[int] = set()
     superseded = []
     for members in groups.values():
-        best = max(members, key=lambda c: (c.finished, horizon(c.config), c.started))
+        best = max(members, key=lambda c: (has_outcome(c), horizon(c.config), c.started))
         kept.add(id(best))
         superseded += [Superseded(c, best) for c in members if c is not best]
     return [c for c in cells if id(c) in kept], superseded

@@ -69,8 +69,9 @@ def digest_report_command(
     horizon: int | None = typer.Option(
         None,
         "--horizon",
-        help="Count every run's outcome at this step: a divergence later does not count, and "
-        "a run that ended sooner without diverging has none.",
+        help="Count every run's outcome after this many steps (0-based steps 0 … N-1): a "
+        "divergence at step N or later does not count, and a run that trained fewer steps "
+        "without diverging has none.",
     ),
     reference: str | None = typer.Option(
         None,

@@ -58,8 +58,9 @@ def report_command(
     horizon: int | None = typer.Option(
         None,
         "--horizon",
-        help="Count every run's outcome at this step: a failure later does not count, and a "
-        "run that ended sooner without failing has none (compares runs of different lengths). "
+        help="Count every run's outcome after this many steps (0-based steps 0 … N-1): a failure "
+        "at step N or later does not count, and a run that trained fewer steps without failing "
+        "has none (compares runs of different lengths). "
         "Default: the suite's failure.horizon, else as far as each run went.",
     ),
 ) -> None:

@@ -263,15 +263,15 @@ def _run_notes(
         listed = "; ".join(f"{s} steps: {', '.join(v)}" for s, v in sorted(horizons.items()))
         out.append(
             f"runs of different lengths ({listed}): a longer run has more time to fail; "
-            f"--horizon N counts every run at step N"
+            f"--horizon N counts every run after N steps"
         )
     if rule.horizon is not None:
         short = [c.name for c in cells if c.path not in known and c.finished]
         if short:
             names = ", ".join(short[:5]) + (" ..." if len(short) > 5 else "")
             out.append(
-                f"{len(short)} finished run(s) ended before step {rule.horizon} without failing "
-                f"and have no outcome there: {names}"
+                f"{len(short)} finished run(s) trained fewer than {rule.horizon} steps without "
+                f"failing and have no outcome there: {names}"
             )
     return out
 
@@ -285,7 +285,8 @@ def _runaway_notes(
         if failed_at.get(cell.path) is not None:
             continue
         norms = ((r["step"], r.get("grad_norm")) for r in sr.read_metrics(cell))
-        if runaway := gradient_runaway(norms, rule.horizon):
+        last = None if rule.horizon is None else rule.horizon - 1  # the horizon's last step
+        if runaway := gradient_runaway(norms, last):
             found.append((cell.variant, cell.seed, runaway))
     return runaway_note(found)
 

@@ -7,8 +7,11 @@
 - spike: the loss exceeds mean + spike_sigma · std of the previous spike_window losses
   (OLMo-style; needs a full window first).
 
-rise and spike must hold on `patience` consecutive steps from `min_step` on. The monitor's
-state is plain JSON (`state_dict`), so a resumed run judges exactly as an uninterrupted one.
+rise and spike must hold on `patience` consecutive steps from `min_step` on; the divergence step
+reported is the last of them (0-based), the step at which the rule fires. With `nonfinite` off, a
+non-finite step is skipped: it neither extends nor breaks a rise or spike streak, and enters
+neither the running minimum nor the spike window. The monitor's state is plain JSON
+(`state_dict`), so a resumed run judges exactly as an uninterrupted one.
 """
 
 from __future__ import annotations

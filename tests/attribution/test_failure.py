@@ -148,18 +148,19 @@ def test_outcomes_count_failed_unfinished_cells_but_not_open_ones(tmp_path: Path
 
 def test_a_horizon_drops_later_failures_and_counts_runs_that_reached_it(tmp_path: Path) -> None:
     records = [stats(10, l0=[5.0]), stats(30, l0=[500.0])]
-    assert dataclasses.replace(RUNAWAY, horizon=30).step(None, records) == 30
+    assert dataclasses.replace(RUNAWAY, horizon=31).step(None, records) == 30
     assert dataclasses.replace(RUNAWAY, horizon=29).step(None, records) is None
     diverged = {"diverged": True, "diverged_step": 25}
     assert dataclasses.replace(FailureRule(), horizon=24).step(diverged, ()) is None
-    assert "by step 24" in dataclasses.replace(FailureRule(), horizon=24).describe()
+    assert "within its first 24 steps" in dataclasses.replace(FailureRule(), horizon=24).describe()
 
     # paper-code runs away at 30; fa2 (branched) at 30; acc-fp32 is cut off after step 20
     cells = sr.read_cells(make_store(tmp_path, 30))
     for horizon, expected in [
         (20, {"paper-code": (1, 0), "fa2": (1, 0), "acc-fp32": (1, 0)}),  # all reached 20
         (21, {"paper-code": (1, 0), "fa2": (1, 0), "acc-fp32": (1, 0)}),  # 21 steps trained
-        (30, {"paper-code": (1, 1), "fa2": (1, 1), "acc-fp32": (0, 0)}),
+        (30, {"paper-code": (1, 0), "fa2": (1, 0), "acc-fp32": (0, 0)}),  # 30 is step 31
+        (31, {"paper-code": (1, 1), "fa2": (1, 1), "acc-fp32": (0, 0)}),
         (41, {"paper-code": (1, 1), "fa2": (1, 1), "acc-fp32": (0, 0)}),  # short, but failed
     ]:
         rule = dataclasses.replace(RUNAWAY, horizon=horizon)
@@ -190,3 +191,27 @@ def test_a_branched_cells_source_may_come_from_outside_the_counted_cells(tmp_pat
     fa2 = [c for c in cells if c.variant == "fa2"]
     assert by_variant(fa2, RUNAWAY) == {"fa2": 30}  # its own records only
     assert failure_steps(fa2, RUNAWAY, sources=cells) == {fa2[0].path: 10}
+
+
+def test_a_run_cut_after_it_diverged_failed_at_its_recorded_divergence(tmp_path: Path) -> None:
+    """No summary (divergence.stop false, cut later): the metrics' divergence is its outcome,
+    under either event, as digest-report counts it."""
+    cells = sr.read_cells(make_store(tmp_path, 30))
+    cut = next(c for c in cells if c.variant == "acc-fp32")  # cut at step 30, no summary
+    rows = [json.loads(line) for line in (cut.run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows[0]["divergence"] = {"step": 20, "rule": "rise", "detail": "loss 9 vs running min 1"}
+    (cut.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for rule in (FailureRule(), RUNAWAY):
+        failed_at = failure_steps(cells, rule)
+        assert failed_at[cut.path] == 20, rule.event
+        assert cut.path in counted(cells, failed_at, rule)
+    assert outcomes(cells, failure_steps(cells, FailureRule()))["acc-fp32"].failed == 1
+
+
+def test_a_horizon_of_n_steps_is_steps_0_to_n_minus_1() -> None:
+    """0-based steps: a run of N steps never reaches step N, so a failure there is past a
+    horizon of N (else the same seed's outcome would hang on which run was counted)."""
+    for rule in (FailureRule(horizon=40), dataclasses.replace(RUNAWAY, horizon=40)):
+        assert rule.step({"diverged": True, "diverged_step": 40}, ()) is None
+        assert rule.step({"diverged": True, "diverged_step": 39}, ()) == 39
+    assert dataclasses.replace(RUNAWAY, horizon=40).step(None, [stats(40, l0=[500.0])]) is None

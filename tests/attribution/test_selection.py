@@ -94,3 +94,19 @@ def test_a_single_run_per_seed_is_left_alone(tmp_path: Path) -> None:
     paths = add_runs(tmp_path)
     counted, superseded = one_run_per_seed(sr.read_cells(tmp_path))
     assert sorted(c.path for c in counted) == sorted(paths) and superseded == []
+
+
+def test_a_longer_rerun_cut_after_it_diverged_is_counted_before_the_finished_one(
+    tmp_path: Path,
+) -> None:
+    """A cut run that diverged has an outcome (attribution.failure): its longer plan counts."""
+    add_runs(tmp_path, started=1.0)
+    longer = add_runs(
+        tmp_path, started=2.0, finished=False, base={"train": {"steps": 60}}, variants={}
+    )
+    for path in longer:
+        with (path / "run" / "metrics.jsonl").open("a") as log:
+            log.write(json.dumps({"step": 45, "divergence": {"step": 45, "rule": "rise"}}) + "\n")
+    counted, superseded = one_run_per_seed(sr.read_cells(tmp_path))
+    assert sorted(c.path for c in counted) == sorted(longer)
+    assert {s.differs for s in superseded} == {"train.steps=40"}

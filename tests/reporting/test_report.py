@@ -115,10 +115,12 @@ def test_a_rerun_to_a_longer_horizon_counts_each_seed_once(tmp_path: Path) -> No
 
     (at_40,) = build_reports(tmp_path, horizon=40)  # the runaway at 50 is past it
     assert counts(at_40) == {"paper-code": (0, 2), "l-fp32": (0, 2)}
-    assert "by step 40" in at_40.notes[0] and "different lengths" not in " ".join(at_40.notes)
+    assert "within its first 40 steps" in at_40.notes[0] and "different lengths" not in " ".join(
+        at_40.notes
+    )
     (at_60,) = build_reports(tmp_path, horizon=60)  # paper-code's runs never got there
     assert counts(at_60) == {"paper-code": (0, 0), "l-fp32": (2, 2)}
-    assert "2 finished run(s) ended before step 60" in " ".join(at_60.notes)
+    assert "2 finished run(s) trained fewer than 60 steps" in " ".join(at_60.notes)
 
 
 def test_a_run_that_did_not_fail_but_ran_away_in_its_gradient_norm_is_named(

@@ -32,7 +32,7 @@ LOGIT_THRESHOLDS = (1e3, 4e3, 1e4)
 
 
 def records_until(cell: DigestCell, horizon: int | None = None) -> list[AttentionRecord]:
-    return [r for r in cell.attention if horizon is None or r.step <= horizon]
+    return [r for r in cell.attention if horizon is None or r.step < horizon]
 
 
 def layer_series(

@@ -117,7 +117,7 @@ def _per_variant(
                     _line(ax, pts, colour, style, f"seed {cell.seed}")
                     drawn = True
                 step = cell.diverged_step
-                if step is not None and (report.horizon is None or step <= report.horizon):
+                if step is not None and (report.horizon is None or step < report.horizon):
                     ax.axvline(step, color=colour, ls=":", lw=1)
             if not drawn:
                 ax.text(0.5, 0.5, "not in the digest", ha="center", va="center",
@@ -217,7 +217,7 @@ def _loss(cell: DigestCell, horizon: int | None, column: int) -> Series:
     return [
         (row[0], float(row[column]))  # type: ignore[arg-type]
         for row in cell.loss
-        if row[column] is not None and (horizon is None or row[0] <= horizon)
+        if row[column] is not None and (horizon is None or row[0] < horizon)
     ]
 
 
@@ -246,7 +246,7 @@ def _spectral_heatmap(
         if result is not None:
             for layer in result.order:
                 ax.plot([layer.rise_step], [layer.layer], "o", mfc="none", mec="white", ms=7)
-        if cell.diverged_step is not None and (horizon is None or cell.diverged_step <= horizon):
+        if cell.diverged_step is not None and (horizon is None or cell.diverged_step < horizon):
             ax.axvline(cell.diverged_step, color="red", lw=1.5, label="divergence")
             ax.legend(fontsize=7, loc="upper left")
         kind = "whole matrix" if trajectory.series in ("wq", "wk") else "largest head"
@@ -283,7 +283,7 @@ def _attention_layers(plt: Any, cell: DigestCell, horizon: int | None, path: Pat
                     va="center", transform=ax.transAxes, color="grey")  # fmt: skip
         elif log and _positive(ax):
             ax.set_yscale("log")
-        if cell.diverged_step is not None and (horizon is None or cell.diverged_step <= horizon):
+        if cell.diverged_step is not None and (horizon is None or cell.diverged_step < horizon):
             ax.axvline(cell.diverged_step, color="red", ls=":", lw=1.2)
         ax.set_title(ylabel, fontsize=9)
         _step_axis(ax)

@@ -1,10 +1,11 @@
 """Training outcomes per variant from digests: which seeds diverged, when, and which have none.
 
-A seed's outcome (at a horizon H, `--horizon`, or as far as each run went):
-    diverged        its divergence rule fired (by step H)
+A seed's outcome (after H steps, `--horizon H`, or as far as each run went; steps are 0-based,
+so H steps are steps 0 … H − 1, what a run of `train.steps: H` trains):
+    diverged        its divergence rule fired (with H: before step H)
     not diverged    it finished without diverging (with H: it trained H steps without
-                    diverging by step H)
-    no outcome      cut before it finished or diverged (with H: it ended before step H
+                    diverging in them)
+    no outcome      cut before it finished or diverged (with H: it ended before H steps
                     without diverging): it is counted neither way
 as in `flashprobe report` (attribution.failure). In a suite branched from a checkpoint
 (`branch: {from: SOURCE, step: S}`) a SOURCE run that trained only to step S has no outcome: it
@@ -16,10 +17,13 @@ suite it is borrowed from (digest.reference).
 A seed's gradient norm may run away (attribution.runaway) short of the loss rule, or long
 before the rule fires (AdamW attribution, `fa2-score-l-bf16` seed 1: from 2,019, the rule at
 3,102): `SeedOutcome.runaway` finds it by the seed's last step (a diverged seed's divergence
-step), the report names it; it never changes an outcome.
+step; with a horizon, within its steps, as `flashprobe report` looks), the report names it; it
+never changes an outcome.
 
 The control check (issue 23): a variant passes when none of its seeds diverged within twice the
-reference's median divergence step and every seed ran at least that far.
+reference's median divergence step and every seed ran at least that far. Steps are 0-based, so
+the bound B is a step: a divergence at step B is within it, and a seed ran that far when it
+trained step B, i.e. more than B steps (a run of exactly B steps stopped one step short).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class SeedOutcome:
     status: str
     step: int  # diverged: the divergence step; otherwise the steps the run reached
     why: str = ""  # no outcome: why not
+    horizon: int | None = None  # the outcome's horizon (None: as far as the run went)
 
     @property
     def seed(self) -> int:
@@ -61,8 +66,10 @@ class SeedOutcome:
 
     @cached_property  # read by the label, the JSON and the notes
     def runaway(self) -> GradientRunaway | None:
-        """The seed's gradient-norm runaway by its last step (or divergence step), if any."""
-        return gradient_runaway(((s, g) for s, _, g in self.cell.loss), self.step)
+        """The seed's gradient-norm runaway by its last step (or divergence step), and within
+        the horizon's steps, if any."""
+        last = self.step if self.horizon is None else min(self.step, self.horizon - 1)
+        return gradient_runaway(((s, g) for s, _, g in self.cell.loss), last)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -143,23 +150,23 @@ def seed_outcome(
     failed = rule.step({"diverged": step is not None, "diverged_step": step}, ())
     reached = cell.steps_reached
     if failed is not None:
-        return SeedOutcome(cell, DIVERGED, failed)
+        return SeedOutcome(cell, DIVERGED, failed, horizon=horizon)
     bound = "" if cell.reached_is_exact else "≥"
     if is_branch_stub(cell, branch):
         assert branch is not None
         why = f"branch source, trained to the branch step {branch[1]} only"
-        return SeedOutcome(cell, NO_OUTCOME, reached, why)
+        return SeedOutcome(cell, NO_OUTCOME, reached, why, horizon)
     if horizon is None:
         if cell.finished:
-            return SeedOutcome(cell, NOT_DIVERGED, reached)
-        return SeedOutcome(cell, NO_OUTCOME, reached, f"cut at {bound}{reached}")
+            return SeedOutcome(cell, NOT_DIVERGED, reached, horizon=horizon)
+        return SeedOutcome(cell, NO_OUTCOME, reached, f"cut at {bound}{reached}", horizon)
     if reached >= horizon:
-        return SeedOutcome(cell, NOT_DIVERGED, reached)
+        return SeedOutcome(cell, NOT_DIVERGED, reached, horizon=horizon)
     if cell.finished:
         why = f"ended at {reached}, before the horizon {horizon}"
     else:
         why = f"cut at {bound}{reached}, before the horizon {horizon}"
-    return SeedOutcome(cell, NO_OUTCOME, reached, why)
+    return SeedOutcome(cell, NO_OUTCOME, reached, why, horizon)
 
 
 def branch_point(cells: Sequence[DigestCell]) -> Branch | None:
@@ -217,9 +224,9 @@ class ControlCheck:
     row: VariantOutcome
     reference: VariantOutcome
     bound: float
-    early: tuple[SeedOutcome, ...]  # diverged at or before the bound
-    short: tuple[SeedOutcome, ...]  # stopped before the bound without diverging
-    clean: tuple[SeedOutcome, ...]  # ran to the bound without diverging by then
+    early: tuple[SeedOutcome, ...]  # diverged at or before the bound (a 0-based step)
+    short: tuple[SeedOutcome, ...]  # stopped before step `bound` without diverging
+    clean: tuple[SeedOutcome, ...]  # trained step `bound` without diverging by then
 
     @property
     def passed(self) -> bool:
@@ -279,7 +286,7 @@ def control_check(
             step = s.cell.diverged_step
             if step is not None and step <= bound:
                 early.append(s)
-            elif step is not None or s.cell.steps_reached >= bound:
+            elif step is not None or s.cell.steps_reached > bound:  # trained step `bound`
                 clean.append(s)
             else:
                 short.append(s)

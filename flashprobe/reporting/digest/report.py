@@ -388,7 +388,7 @@ def _run_notes(
     if horizon is None and len(planned) > 1:
         out.append(
             f"runs of different planned lengths ({', '.join(map(str, sorted(planned)))} steps): "
-            "a longer run has more time to diverge; --horizon N counts every run at step N"
+            "a longer run has more time to diverge; --horizon N counts every run after N steps"
         )
     return out
 

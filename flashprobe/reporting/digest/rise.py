@@ -15,9 +15,10 @@ threshold rise  A layer rises at the first recorded step s at which its norm is 
                 the rise happened within that many steps before s.
 largest growth  The layer whose norm grew most, as a ratio, from r to the last record before
                 the divergence step (a run that did not diverge: its last record, or the last
-                at or before the horizon).
+                before the horizon).
 
-Both rules read only recorded steps up to the horizon, when one is given.
+Both rules read only the records of the horizon's steps (steps before it, 0-based), when one
+is given.
 """
 
 from __future__ import annotations
@@ -178,7 +179,7 @@ class RiseResult:
 def trajectories(cell: DigestCell, horizon: int | None = None) -> dict[str, Trajectory]:
     """W_Q and W_K per-layer series (the whole-matrix norm, else the largest head's)."""
     out = {}
-    records = [r for r in cell.spectral if horizon is None or r.step <= horizon]
+    records = [r for r in cell.spectral if horizon is None or r.step < horizon]
     for matrix, names in MATRICES.items():
         for name in names:
             rows = [(r.step, getattr(r, name)) for r in records if getattr(r, name) is not None]
@@ -193,7 +194,7 @@ def rise(
     cell: DigestCell, trajectory: Trajectory, rule: RiseRule, horizon: int | None = None
 ) -> RiseResult:
     diverged = cell.diverged_step
-    if diverged is not None and horizon is not None and diverged > horizon:
+    if diverged is not None and horizon is not None and diverged >= horizon:
         diverged = None
     wanted = rule.reference_for(cell)
     ref = next((s for s in trajectory.steps if s >= wanted), None)

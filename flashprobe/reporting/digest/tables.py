@@ -110,7 +110,8 @@ def _render_text(r: DigestSuiteReport, *, markdown: bool) -> str:
                         disable_numparse=True)  # fmt: skip
 
     point = ["point"] if r.has_points else []
-    at = f"at step {r.horizon}" if r.horizon is not None else "as far as each run went"
+    at = (f"after {r.horizon} steps (0-based steps 0–{r.horizon - 1})" if r.horizon is not None
+          else "as far as each run went")  # fmt: skip
     ref = r.reference or "none"
     outcome_cols = [*OUTCOME_COLS[:1], *point, *OUTCOME_COLS[1:], f"Fisher p vs {ref}"]
     rise_cols = [*RISE_COLS[:1], *point, *RISE_COLS[1:]]

@@ -58,6 +58,31 @@ def test_seed_outcomes_at_a_horizon(tmp_path: Path, make) -> None:
     assert seed_outcome(cells[4], 2000).why == "ended at 1000, before the horizon 2000"
 
 
+def test_a_horizon_of_n_steps_ends_before_step_n(tmp_path: Path, make) -> None:
+    """0-based steps: a run of 2000 steps trains steps 0-1999; one that diverged at step 2000
+    did so in its 2001st step. At --horizon 2000 both are 'not diverged', as the same seed's
+    rerun of 2000 steps would be."""
+    cells = _cells(tmp_path, make, [
+        make.cell("a", 0, planned=3000, diverged=2000),
+        make.cell("a", 1, planned=2000),  # the same seed, 2000 steps: never saw step 2000
+        make.cell("a", 2, planned=3000, diverged=1999),
+    ])  # fmt: skip
+    got = [(o.status, o.step) for o in (seed_outcome(c, horizon=2000) for c in cells)]
+    assert got == [(NOT_DIVERGED, 2001), (NOT_DIVERGED, 2000), (DIVERGED, 1999)]
+
+
+def test_a_gradient_runaway_is_looked_for_within_the_horizon(tmp_path: Path, make) -> None:
+    """As `flashprobe report` does: a runaway past the horizon is not named at it (a seed that
+    diverged after the horizon is 'not diverged' there, its late runaway no part of it)."""
+    norms = [[s, 3.0, 0.3] for s in range(0, 2400, 10)] + [[2450, 9.0, 300.0]]
+    (cell,) = _cells(tmp_path, make, [make.cell("a", 0, planned=3000, diverged=2500, loss=norms)])
+    assert seed_outcome(cell).runaway is not None and seed_outcome(cell).runaway.step == 2450
+    at_2000 = seed_outcome(cell, horizon=2000)
+    assert at_2000.status == NOT_DIVERGED and at_2000.runaway is None
+    assert "runaway" not in at_2000.label
+    assert seed_outcome(cell, horizon=2451).runaway is not None
+
+
 def test_variant_rows_median_and_fisher(tmp_path: Path, make) -> None:
     ref = [make.cell("paper-code", s, diverged=d) for s, d in enumerate([14, 32, 16, 15, 17])]
     ctl = [make.cell("fa2", s) for s in range(4)] + [
@@ -87,6 +112,19 @@ def test_no_fisher_without_outcomes_or_reference(tmp_path: Path, make) -> None:
     assert [r.fisher_p for r in variant_outcomes(cells)] == [None] * 4
 
 
+def test_a_control_seed_of_exactly_bound_steps_stopped_short(tmp_path: Path, make) -> None:
+    """0-based steps: a seed of 2200 steps trained steps 0-2199, so it never ran step 2200,
+    where a divergence would count as within the bound: it has not run that far."""
+    cells = _cells(tmp_path, make, [
+        make.cell("paper-code", 0, planned=4000, diverged=1100),
+        make.cell("fp32", 0, planned=2200),
+        make.cell("fp32", 1, planned=4000, diverged=2200),
+    ])  # fmt: skip
+    (check,) = control_check(variant_outcomes(cells, reference="paper-code"), "paper-code")
+    assert check.bound == 2200 and not check.passed
+    assert [s.seed for s in check.short] == [0] and [s.seed for s in check.early] == [1]
+
+
 def test_control_check_at_twice_the_reference_median(tmp_path: Path, make) -> None:
     cells = _cells(tmp_path, make, [
         make.cell("paper-code", 0, planned=4000, diverged=1000),
@@ -96,7 +134,7 @@ def test_control_check_at_twice_the_reference_median(tmp_path: Path, make) -> No
         make.cell("fa2", 2, planned=4000, diverged=2200),  # diverged at 2200: within
         make.cell("fa2", 3, planned=4000, reached=1500, finished=False),  # cut short
         make.cell("fp32", 0, planned=4000),
-        make.cell("fp32", 1, planned=2200),  # exactly to the bound: far enough
+        make.cell("fp32", 1, planned=2201),  # trained step 2200 itself: far enough
         make.cell("bf16", 0, planned=4000, reached=2199),  # one step short, finished
     ])  # fmt: skip
     checks = control_check(variant_outcomes(cells, reference="paper-code"), "paper-code")

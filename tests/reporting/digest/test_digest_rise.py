@@ -76,8 +76,10 @@ def test_horizon_limits_the_records(tmp_path: Path, make) -> None:
     cell = _cell(tmp_path, make, planned=700, diverged=550, spectral=_records())
     (result,) = [r for r in rises([cell], RiseRule(reference_step=0), horizon=400)
                  if r.trajectory.matrix == "W_Q"]  # fmt: skip
-    assert result.trajectory.steps[-1] == 400
+    assert result.trajectory.steps[-1] == 300  # 400 steps: 0-based steps 0-399
     assert result.diverged_step is None  # diverged after the horizon
+    at_550 = rise(cell, trajectories(cell, 550)["W_Q"], RiseRule(reference_step=0), 550)
+    assert at_550.diverged_step is None  # step 550 is past 550 steps (0-549)
     assert [(r.layer, r.rise_step) for r in result.order] == [(2, 300)]
 
 
