@@ -1,7 +1,7 @@
 """One device call for the Triton kernels: GPU tests, optional tuning, and the speed grid.
 
     PYTHONUNBUFFERED=1 python scripts/gpu_kernels.py --out $OUT [--no-tests] [--tune]
-        [--tune-seq 4096] [--no-grid] [--atomic-dq]
+        [--tune-seq 4096] [--no-grid] [--atomic-dq] [--tune-atomic-only]
 
 1. `pytest -m gpu tests` (every gpu-marked test; subprocess, xdist) → OUT/gpu_tests.log;
 2. meanwhile, every kernel variant to be timed is compiled once in parallel worker processes
@@ -16,6 +16,8 @@
 
 --atomic-dq adds the backward that sums dQ with atomics (launch option dq_accumulation): fa2's
 tuned too (`bwd|...|dot16-atomic` keys), and every preset timed both ways in the grid.
+--tune-atomic-only tunes that backward alone (implies --tune --atomic-dq; the other tuned
+configs are kept as they are): a few device minutes instead of the whole tuning.
 """
 
 from __future__ import annotations
@@ -67,7 +69,9 @@ def _compile_task(task: tuple) -> str:
 FWD_TUNED = (("fa2", False), ("sfa", False), ("fa2", True))
 
 
-def tune(out: Path, workers: int, seq: int, atomic_dq: bool = False) -> None:
+def tune(
+    out: Path, workers: int, seq: int, atomic_dq: bool = False, atomic_only: bool = False
+) -> None:
     import torch
 
     from flashprobe.kernels import autotune, launch, tuning
@@ -75,12 +79,14 @@ def tune(out: Path, workers: int, seq: int, atomic_dq: bool = False) -> None:
     from flashprobe.spec import make_spec
 
     configs = [(d, c) for d in HEAD_DIMS for c in (True, False)]
+    fwd_tuned = () if atomic_only else FWD_TUNED
     tasks = [("tune-fwd", p, d, c, tuning.config_dict(cfg), inst)
-             for p, inst in FWD_TUNED for d, c in configs
+             for p, inst in fwd_tuned for d, c in configs
              for cfg in autotune.fwd_candidates(d)]  # fmt: skip
-    tasks += [("tune-bwd", "fa2", d, c, tuning.config_dict(cfg), False)
-              for d, c in configs for cfg in autotune.bwd_candidates(d)]  # fmt: skip
-    if atomic_dq:
+    if not atomic_only:
+        tasks += [("tune-bwd", "fa2", d, c, tuning.config_dict(cfg), False)
+                  for d, c in configs for cfg in autotune.bwd_candidates(d)]  # fmt: skip
+    if atomic_dq or atomic_only:
         tasks += [("tune-bwd-atomic", "fa2", d, c, tuning.config_dict(cfg), False)
                   for d, c in configs
                   for cfg in autotune.bwd_candidates(d, atomic_dq=True)]  # fmt: skip
@@ -101,15 +107,17 @@ def tune(out: Path, workers: int, seq: int, atomic_dq: bool = False) -> None:
 
     for d, c in configs:
         inputs = bench.make_inputs(bench.BenchShape(32768 // seq, 16, seq, d, c))
-        for preset, instrument in FWD_TUNED:
+        for preset, instrument in fwd_tuned:
             spec = make_spec(preset)
             variant = launch.forward_variant(spec, two_pass=False, instrument=instrument)
             candidates = autotune.fwd_candidates(d)
             fwd = autotune.tune_forward(inputs, c, spec, candidates, instrument=instrument)
             record(tuning.fwd_key(d, c, 64, "bf16", variant), fwd)
-        bwd = autotune.tune_backward(inputs, c, make_spec("fa2"), autotune.bwd_candidates(d))
-        record(tuning.bwd_key(d, c, "bf16", "dot16"), bwd)
-        if atomic_dq:
+        if not atomic_only:
+            candidates = autotune.bwd_candidates(d)
+            bwd = autotune.tune_backward(inputs, c, make_spec("fa2"), candidates)
+            record(tuning.bwd_key(d, c, "bf16", "dot16"), bwd)
+        if atomic_dq or atomic_only:
             candidates = autotune.bwd_candidates(d, atomic_dq=True)
             bwd = autotune.tune_backward(inputs, c, make_spec("fa2"), candidates, "atomic")
             record(tuning.bwd_key(d, c, "bf16", "dot16-atomic"), bwd)
@@ -133,7 +141,12 @@ def main() -> None:
     parser.add_argument("--presets", nargs="+", default=["fa2", "sfa"])
     parser.add_argument("--repeats", type=int, default=3, help="round-robin rounds per shape")
     parser.add_argument("--atomic-dq", action="store_true", help="also the atomic-dQ backward")
+    parser.add_argument(
+        "--tune-atomic-only", action="store_true", help="tune only the atomic-dQ backward"
+    )
     args = parser.parse_args()
+    if args.tune_atomic_only:
+        args.tune = args.atomic_dq = True
     args.out.mkdir(parents=True, exist_ok=True)
 
     import torch
@@ -155,7 +168,8 @@ def main() -> None:
     if args.tune:
         from flashprobe.kernels.tuning import TUNED_SEQ
 
-        tune(args.out, args.workers, args.tune_seq or TUNED_SEQ, args.atomic_dq)
+        seq = args.tune_seq or TUNED_SEQ
+        tune(args.out, args.workers, seq, args.atomic_dq, args.tune_atomic_only)
     variants = [("impl", p, False) for p in args.presets] + [("impl", args.presets[0], True)]
     if args.atomic_dq:
         variants += [("impl-atomic", p, False) for p in args.presets]
