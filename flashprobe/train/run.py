@@ -313,6 +313,7 @@ class _Run:
                     if due or cut:
                         with self._timed("checkpoint"):
                             self._checkpoint()
+                        self.state.wall_time_s = time.perf_counter() - wall_start
                     if cut:  # resumable from this very step
                         raise KeyboardInterrupt
         finally:

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import signal
+import time
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from safetensors.torch import load_file
 from flashprobe import json_io
 from flashprobe.errors import FlashprobeError
 from flashprobe.model import GPT
+from flashprobe.train import run as run_module
 from flashprobe.train import train_run
 from flashprobe.train.checkpoint import load_weights, read_checkpoint
 from flashprobe.train.metrics import read_jsonl
@@ -53,12 +55,20 @@ def test_metrics_records_and_run_files(tmp_path, make_config) -> None:
     assert summary.final_val_loss == records[-1]["val_loss"]
 
 
-def test_the_summary_says_where_the_wall_time_went(tmp_path, make_config) -> None:
+def test_the_summary_says_where_the_wall_time_went(tmp_path, make_config, monkeypatch) -> None:
+    slow_save = run_module.save_checkpoint
+
+    def save(*args, **kwargs):  # a checkpoint as slow as one of GPT-2's, relative to the run
+        time.sleep(0.3)
+        return slow_save(*args, **kwargs)
+
+    monkeypatch.setattr(run_module, "save_checkpoint", save)
     summary = train_run(make_config(train={"checkpoint_every": 4}), tmp_path / "run")
     phases = summary.time_by_phase_s
     assert list(phases) == list(PHASES)
     assert all(v > 0 for k, v in phases.items() if k not in ("capture", "other"))
     assert phases["capture"] == 0 and phases["other"] >= 0
+    assert phases["checkpoint"] >= 0.9  # steps 4, 8 and 12 (the final one)
     assert sum(phases.values()) == pytest.approx(summary.wall_time_s, abs=0.01)
     saved = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert saved["time_by_phase_s"] == phases
