@@ -178,7 +178,10 @@ def test_report_with_a_logit_runaway_rule(run_cli, tmp_path) -> None:
     assert plain.code == 0 and "failed (ranking)" not in plain.out
     at_20 = run_cli("report", str(root), *args, "--horizon", "20", "--wide")  # before step 30
     assert at_20.code == 0, at_20.err
-    assert "went above 100 (or was not finite), or the run diverged first by step 20" in at_20.out
+    assert (
+        "went above 100 (or was not finite), or the run diverged first within its first 20 steps"
+        in at_20.out
+    )
     assert "1/1" not in at_20.out and "0/1" in at_20.out
     beyond = run_cli("report", str(root), "--failure", "logit-runaway", "--failure-layer", "9")
     assert beyond.code == 2 and "failure.layers: layer 9 out of range 0..1" in beyond.err
