@@ -11,7 +11,8 @@ steps).
 Results: STORE/<suite>/<source cell>/replay.json (per cell, keyed by the captures, the variants'
 specs and the backend, so an unchanged replay is skipped) and STORE/<suite>/replay.json (roles,
 variants and the per-variant summary the report ranks with). Both are written atomically. A
-replay of some variants adds them to the earlier replay of the same captures (_earlier_kept).
+replay of some variants adds them to the earlier replay of the same captures; the key and that
+merge: attribution.replay_files.
 
 Which variants, on whose captures and on which backend: the suite's `replay:` section and the
 flags of `flashprobe replay` (attribution.replay_settings); variants of another suite file
@@ -25,11 +26,9 @@ rounding of the emulator's output moves dK errors by ~1e-4 relative).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,15 @@ import torch
 from flashprobe import __version__
 from flashprobe.attribution import mechanism as mech
 from flashprobe.attribution.ranking import Roles, resolve_roles
+from flashprobe.attribution.replay_files import (
+    FORMAT,
+    capture_fingerprints,
+    earlier_kept,
+    replay_key,
+    step_numbers,
+    weight_source,
+    with_earlier,
+)
 from flashprobe.attribution.replay_kernel import KernelFn, run_kernel
 from flashprobe.attribution.replay_metrics import HeadSeries, head_metrics
 from flashprobe.attribution.replay_settings import ReplaySettings, stored_settings
@@ -58,8 +66,6 @@ from flashprobe.reference.golden import golden_backward, golden_forward
 from flashprobe.reference.heads import expand_kv, group_size
 from flashprobe.reference.threads import measurement_threads
 from flashprobe.store import reader as sr
-
-FORMAT = "flashprobe-replay/1"
 
 Progress = Callable[[str], None]
 
@@ -206,7 +212,7 @@ def replay_cells(
         plans.append((source, steps, resolve_groups(chosen, source, headers) if steps else {}))
     folder = cells[0].path.parent
     earlier = sr.read_suite_replay(folder)
-    kept = _earlier_kept(folder, earlier, readable, wanted, backend, roles.baseline, plans, force)
+    kept = earlier_kept(folder, earlier, readable, wanted, backend, roles.baseline, plans, force)
     notes += kept.notes
     results: list[dict[str, Any]] = []
     docs: list[dict[str, Any]] = []
@@ -216,20 +222,20 @@ def replay_cells(
             results.append({"cell": source.name, "status": "no captures", "steps": []})
             notes.append(f"{source.name}: {state}no captures to replay")
             continue
-        key = _replay_key(steps, groups, backend)
+        key = replay_key(steps, groups, backend)
         old = sr.read_replay(source)
         if old is not None and old.get("key") == key and not force:
-            results.append({"cell": source.name, "status": "cached", "steps": _steps(steps)})
+            results.append({"cell": source.name, "status": "cached", "steps": step_numbers(steps)})
             docs.append(old)
             continue
         say(f"replaying {len(wanted)} variants on {source.name} ({len(steps)} captures)")
         doc = replay_source(source, steps, groups, backend, progress=say, kernel=kernel)
         doc["key"] = key
-        doc["captures"] = _capture_files(steps)
-        doc = _with_earlier(doc, old, kept.variants)
+        doc["captures"] = capture_fingerprints(steps)
+        doc = with_earlier(doc, old, kept.variants)
         sr.write_replay(source, doc)
         docs.append(doc)
-        results.append({"cell": source.name, "status": "replayed", "steps": _steps(steps)})
+        results.append({"cell": source.name, "status": "replayed", "steps": step_numbers(steps)})
     if not docs:
         notes.append(
             f"nothing replayed: the {settings.sources} cells of suite {suite!r} hold no captures "
@@ -249,7 +255,7 @@ def replay_cells(
         "untrained_variants": {**kept.untrained, **untrained},
         "sources": [r["cell"] for r in results],
         "summary": summarise(docs),
-        "weight_gradient": _weight_source(docs),
+        "weight_gradient": weight_source(docs),
         "notes": notes,
         "flashprobe": __version__,
     }
@@ -301,7 +307,7 @@ def replay_source(
         "seed": source.seed,
         "point": [list(p) for p in source.point],
         "backend": backend,
-        "steps": _steps(steps),
+        "steps": step_numbers(steps),
         "layers": sorted(layers_seen),
         "weight_gradient": "dW = dQᵀX" if has_x else "token-summed dQ (no X captured)",
         "records": records,
@@ -370,151 +376,3 @@ def _replay_layer(
                 s.wq.add(wq_err)
                 s.wk.add(wk_err)
     return out
-
-
-@dataclass(frozen=True)
-class Kept:
-    """What a replay keeps of the suite's earlier one: the variants not replayed now (their
-    records in the source cells' replay.json and so their summary), their untrained origins."""
-
-    variants: list[str]
-    untrained: dict[str, str]
-    notes: list[str]
-
-
-def _earlier_kept(
-    folder: Path,
-    earlier: Mapping[str, Any] | None,
-    readable: set[str],
-    wanted: Sequence[str],
-    backend: str,
-    baseline: str,
-    plans: Sequence[tuple[sr.CellView, list[tuple[int, Path]], Any]],
-    force: bool,
-) -> Kept:
-    """A replay of some variants (`--variant fa2`) adds them to the earlier replay: its other
-    variants are kept when it was made on the same captures with the same backend. Otherwise
-    one summary would pool two replays, and replacing it would lose the earlier variants, so
-    the user decides: an error says how (replay those too, or --force to replace it)."""
-    others = [str(v) for v in (earlier or {}).get("variants") or [] if v not in wanted]
-    if earlier is None or not others:
-        return Kept([], {}, [])
-    why = _mismatch(earlier, readable, backend, baseline, plans)
-    path = folder / sr.REPLAY_FILE
-    if why is None:
-        untrained = earlier.get("untrained_variants")
-        untrained = untrained if isinstance(untrained, Mapping) else {}
-        note = f"kept the earlier replay of {', '.join(others)} (not replayed now)"
-        return Kept(others, {v: str(untrained[v]) for v in others if v in untrained}, [note])
-    now = ", ".join(wanted)
-    if not force:
-        raise FlashprobeError(
-            f"{path} holds the replay of {', '.join(others)} {why}: adding {now} would pool two "
-            f"replays in one summary; replay those too, or pass --force to replace it with {now}"
-        )
-    return Kept([], {}, [f"replaced the earlier {path} ({why}) and its {', '.join(others)}"])
-
-
-def _mismatch(
-    earlier: Mapping[str, Any],
-    readable: set[str],
-    backend: str,
-    baseline: str,
-    plans: Sequence[tuple[sr.CellView, list[tuple[int, Path]], Any]],
-) -> str | None:
-    """Why the earlier suite replay cannot take more variants (None: it can)."""
-    if earlier.get("format") != FORMAT:
-        return f"of format {earlier.get('format')!r}"
-    if earlier.get("backend") != backend:
-        return f"made with backend {earlier.get('backend')} (now {backend})"
-    was = (earlier.get("roles") or {}).get("baseline")
-    if was != baseline:
-        return f"made on {was}'s captures (now {baseline}'s)"
-    sources = [str(s) for s in earlier.get("sources") or []]
-    now = [source.name for source, _, _ in plans]
-    # a source whose folder is no longer readable is left out of every variant alike
-    other = [n for n in now if n not in sources] + [
-        n for n in sources if n not in now and n in readable
-    ]
-    if other:
-        return f"made on other source cells than now ({other[0]})"
-    for source, steps, _ in plans:
-        if steps and not _same_captures(sr.read_replay(source), source, steps, backend):
-            return f"made on other captures of {source.name}"
-    return None
-
-
-def _same_captures(
-    old: Mapping[str, Any] | None, source: sr.CellView, steps: list[tuple[int, Path]], backend: str
-) -> bool:
-    """Whether a cell's earlier replay.json replayed the captures it holds now."""
-    if old is None or old.get("format") != FORMAT or old.get("backend") != backend:
-        return False
-    if old.get("source_cell") != source.name or old.get("steps") != _steps(steps):
-        return False
-    if "captures" in old:
-        return old["captures"] == _capture_files(steps)
-    # written before replay.json named its capture files: not older than any of them
-    written = source.replay_path.stat().st_mtime_ns
-    return all(written >= path.stat().st_mtime_ns for _, path in steps)
-
-
-def _with_earlier(
-    doc: dict[str, Any], old: Mapping[str, Any] | None, kept: Sequence[str]
-) -> dict[str, Any]:
-    """A cell's new replay.json plus the records and series of the `kept` variants from its
-    earlier one (same captures and backend: checked by _mismatch)."""
-    if old is None or not kept:
-        return doc
-    take = set(kept)
-    return {
-        **doc,
-        "records": [*doc["records"], *(r for r in old.get("records", []) if _of(r, take))],
-        "series": [*doc["series"], *(s for s in old.get("series", []) if _of(s, take))],
-        "layers": sorted({*doc["layers"], *old.get("layers", [])}),
-        # the capture notes are the new replay's; a kept variant's own ("fa2: ...") stay
-        "notes": sorted({*doc["notes"], *(n for n in old.get("notes", []) if _of(n, take))}),
-    }
-
-
-def _of(item: Any, variants: set[str]) -> bool:
-    """Whether a record or series (its "variant") or a note ("<variant>: ...") is one of these."""
-    if isinstance(item, str):
-        return item.split(":")[0] in variants
-    return isinstance(item, Mapping) and item.get("variant") in variants
-
-
-def _capture_files(steps: Sequence[tuple[int, Any]]) -> list[list[Any]]:
-    """(step, name, size, mtime) of each capture file: a rewritten capture differs."""
-    files = []
-    for step, path in steps:
-        st = path.stat()
-        files.append([step, path.name, st.st_size, st.st_mtime_ns])
-    return files
-
-
-def _replay_key(
-    steps: Sequence[tuple[int, Any]], groups: Mapping[str, Mapping[int, LayerGroups]], backend: str
-) -> str:
-    files = _capture_files(steps)
-    specs = {
-        v: {
-            str(layer): [[list(h), s.to_dict() if s else None] for h, s in g]
-            for layer, g in by.items()
-        }
-        for v, by in groups.items()
-    }
-    blob = json.dumps(
-        {"format": FORMAT, "files": files, "specs": specs, "backend": backend, "v": __version__},
-        sort_keys=True,
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def _weight_source(docs: Sequence[Mapping[str, Any]]) -> str | None:
-    kinds = sorted({str(d.get("weight_gradient")) for d in docs})
-    return " / ".join(kinds) if kinds else None
-
-
-def _steps(steps: Sequence[tuple[int, Any]]) -> list[int]:
-    return [s for s, _ in steps]

@@ -9,7 +9,8 @@ from flashprobe.train.config import (
     TrainConfig,
 )
 from flashprobe.train.divergence import Divergence, DivergenceMonitor
-from flashprobe.train.run import RunSummary, train_run
+from flashprobe.train.run import train_run
+from flashprobe.train.run_state import RunSummary
 
 __all__ = [
     "Divergence",

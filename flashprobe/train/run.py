@@ -9,9 +9,10 @@ A run folder holds:
   summary.json       the RunSummary
 
 Step t (0-based) reads the batch `BatchSampler(seed).offsets(t)` and reseeds torch from
-(seed, t, rank), so resuming or branching from a checkpoint replays exactly what an
-uninterrupted run would do. Validation loss and spectral norms of step t are measured after
-its update; its attention stats and captures come from its own forward.
+(seed, t, rank) (train.determinism), so resuming or branching from a checkpoint (checked by
+train.continuation) replays exactly what an uninterrupted run would do. Validation loss and
+spectral norms of step t are measured after its update; its attention stats and captures come
+from its own forward. The run's records (RunState, RunSummary): train.run_state.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -46,6 +46,8 @@ from flashprobe.train.checkpoint import (
     save_checkpoint,
 )
 from flashprobe.train.config import TrainConfig
+from flashprobe.train.continuation import check_branchable, check_resumable
+from flashprobe.train.determinism import cpu_threads, set_deterministic, step_seed
 from flashprobe.train.distributed import Distributed, setup_distributed
 from flashprobe.train.divergence import Divergence, DivergenceMonitor
 from flashprobe.train.evaluate import validation_loss
@@ -53,6 +55,7 @@ from flashprobe.train.interrupt import DeferredInterrupt
 from flashprobe.train.metrics import JsonlLog, qk_spectral_norms, truncate_jsonl
 from flashprobe.train.optim import build_optimizer
 from flashprobe.train.precision import autocast_context
+from flashprobe.train.run_state import RunState, RunSummary, time_by_phase
 from flashprobe.train.schedule import lr_at
 
 Progress = Callable[[dict[str, Any]], None]
@@ -60,63 +63,8 @@ Progress = Callable[[dict[str, Any]], None]
 #: captures/step_<t>.safetensors writer (e.g. the ablation runner's size-capped writer).
 CaptureSink = Callable[[int, dict[str, torch.Tensor]], None]
 
-#: Config keys a resumed run may change (everything else must match the run's config.json).
-RESUMABLE_KEYS = frozenset(
-    {
-        "train.steps",
-        "train.checkpoint_every",
-        "train.checkpoint_final",
-        "train.keep_checkpoints",
-        "divergence.stop",
-    }
-)
 #: A record holding only these is skipped between log_every steps; any other key forces a write.
 EVERY_STEP_KEYS = frozenset({"step", "loss", "grad_norm", "lr", "tokens_per_s", "time_s"})
-#: The phases of RunSummary.time_by_phase_s, in the order they are reported.
-PHASES = ("train", "eval", "spectral", "checkpoint", "capture", "other")
-_TORCH_STREAM = 0x70C4  # the per-step torch seed stream, independent of the data stream
-
-
-@dataclasses.dataclass(frozen=True)
-class RunSummary:
-    out_dir: str
-    steps_done: int
-    final_loss: float | None
-    min_loss: float | None
-    final_val_loss: float | None
-    diverged: bool
-    diverged_step: int | None
-    divergence_rule: str | None
-    tokens_per_s: float
-    wall_time_s: float
-    #: Where the wall time went (seconds, PHASES): the training steps, the periodic metrics,
-    #: checkpoints, capture writes, and the rest (logging, data offsets): tells a slow cell's
-    #: overhead from its kernels. A branched run's includes its source's, as wall_time_s does.
-    time_by_phase_s: dict[str, float] = dataclasses.field(default_factory=dict)
-    #: Why a resume started before the newest checkpoint (a damaged checkpoint or log line;
-    #: checkpoint.ResumePoint): empty when it did not.
-    resume_notes: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "resume_notes": list(self.resume_notes)}
-
-
-@dataclasses.dataclass
-class RunState:
-    """What the loop carries from step to step (saved in checkpoints)."""
-
-    step: int = 0  # optimizer steps completed
-    last_loss: float | None = None
-    min_loss: float | None = None
-    last_val_loss: float | None = None
-    train_time_s: float = 0.0  # forward/backward/update time only
-    wall_time_s: float = 0.0
-    tokens: int = 0
-    #: Seconds spent in each non-training phase (eval, spectral, checkpoint, capture).
-    phase_time_s: dict[str, float] = dataclasses.field(default_factory=dict)
-
-    def add_phase_time(self, phase: str, seconds: float) -> None:
-        self.phase_time_s[phase] = self.phase_time_s.get(phase, 0.0) + seconds
 
 
 def train_run(
@@ -153,18 +101,6 @@ def train_run(
             dist.close()
 
 
-@contextlib.contextmanager
-def cpu_threads(count: int) -> Iterator[None]:
-    """PyTorch's CPU thread count pinned for the block (train.cpu_threads), then restored: a
-    run's numbers must not depend on how many cores a process was given (--jobs, a scheduler)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 class _Run:
     def __init__(
         self,
@@ -185,7 +121,7 @@ class _Run:
         if dist.device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = config.train.allow_tf32
             torch.backends.cudnn.allow_tf32 = config.train.allow_tf32
-        _set_deterministic(config.train.deterministic)
+        set_deterministic(config.train.deterministic)
         torch.manual_seed(config.train.seed)  # the initial weights depend on the seed only
         self.model = GPT(model_config).to(dist.device)
         self.optimizer = build_optimizer(self.model, config.optimizer)
@@ -211,11 +147,11 @@ class _Run:
             self.resume_notes = point.notes
             if point.checkpoint is not None:
                 checkpoint = read_checkpoint(point.checkpoint)
-                self._check_resumable(checkpoint)
+                check_resumable(checkpoint, self.config, self.out_dir)
                 self._restore(checkpoint)
         elif start_from is not None:
             checkpoint = read_checkpoint(Path(start_from))
-            self._check_branchable(checkpoint)
+            check_branchable(checkpoint, self.config, self.dataset.digest)
             self._restore(checkpoint)
             self.branched_from = str(checkpoint.path)
         if not resume and (self.out_dir / "metrics.jsonl").exists():
@@ -232,30 +168,6 @@ class _Run:
         load_optimizer(checkpoint, self.optimizer)
         self.monitor.load_state_dict(checkpoint.state["divergence"])
         self.state = RunState(**checkpoint.state["run"])
-
-    def _check_resumable(self, checkpoint: Checkpoint) -> None:
-        saved = checkpoint.state.get("config")
-        if not isinstance(saved, dict):
-            return
-        for key, (old, new) in _differences(saved, self.config.to_dict()).items():
-            if key not in RESUMABLE_KEYS:
-                raise FlashprobeError(
-                    f"cannot resume {self.out_dir}: config key {key} changed ({old!r} → {new!r})"
-                )
-
-    def _check_branchable(self, checkpoint: Checkpoint) -> None:
-        state, train = checkpoint.state, self.config.train
-        checks = [
-            ("train.seed", state["seed"], train.seed),
-            ("train.batch_size", state["batch_size"], train.batch_size),
-            ("optimizer.name", state["optimizer_name"], self.config.optimizer.name),
-            ("data digest", state["data_digest"], self.dataset.digest),
-        ]
-        for name, theirs, ours in checks:
-            if theirs != ours:
-                raise FlashprobeError(
-                    f"cannot branch from {checkpoint.path}: {name} differs ({theirs!r} vs {ours!r})"
-                )
 
     def _prepare_files(self) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -337,7 +249,7 @@ class _Run:
         offsets = self.sampler.offsets(step)
         if data_log is not None:
             data_log.write({"step": step, "offsets": offsets.tolist()})
-        torch.manual_seed(_step_seed(cfg.train.seed, step, dist.rank))
+        torch.manual_seed(step_seed(cfg.train.seed, step, dist.rank))
         want_stats = _every(cfg.metrics.attention_stats_every, step)
         capture = cfg.metrics.capture_layers if step in cfg.metrics.capture_steps else ()
         instrument = (
@@ -485,16 +397,9 @@ class _Run:
             divergence_rule=first.rule if first else None,
             tokens_per_s=state.tokens / state.train_time_s if state.train_time_s else 0.0,
             wall_time_s=state.wall_time_s,
-            time_by_phase_s=_time_by_phase(state),
+            time_by_phase_s=time_by_phase(state),
             resume_notes=self.resume_notes,
         )
-
-
-def _time_by_phase(state: RunState) -> dict[str, float]:
-    """RunSummary.time_by_phase_s: every phase of PHASES, rounded to milliseconds."""
-    phases = {"train": state.train_time_s, **state.phase_time_s}
-    phases["other"] = max(state.wall_time_s - sum(phases.values()), 0.0)
-    return {name: round(phases.get(name, 0.0), 3) for name in PHASES}
 
 
 def _readable(path: Path) -> bool:
@@ -508,25 +413,3 @@ def _readable(path: Path) -> bool:
 def _every(period: int, step: int) -> bool:
     """True on every period-th step (steps period-1, 2·period-1, ...); never when period is 0."""
     return period > 0 and (step + 1) % period == 0
-
-
-def _set_deterministic(on: bool) -> None:
-    """Deterministic PyTorch algorithms for this process (cuBLAS needs a fixed workspace, read
-    when its handle is created, hence the environment variable set first)."""
-    if on:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(on, warn_only=True)
-    torch.backends.cudnn.deterministic = on
-
-
-def _step_seed(seed: int, step: int, rank: int) -> int:
-    return int(np.random.SeedSequence([seed, step, rank, _TORCH_STREAM]).generate_state(1)[0])
-
-
-def _differences(old: Any, new: Any, prefix: str = "") -> dict[str, tuple[Any, Any]]:
-    if isinstance(old, dict) and isinstance(new, dict):
-        out: dict[str, tuple[Any, Any]] = {}
-        for key in sorted(set(old) | set(new)):
-            out.update(_differences(old.get(key), new.get(key), f"{prefix}{key}."))
-        return out
-    return {} if old == new else {prefix.rstrip("."): (old, new)}

@@ -19,7 +19,7 @@ from flashprobe.train import run as run_module
 from flashprobe.train import train_run
 from flashprobe.train.checkpoint import load_weights, read_checkpoint
 from flashprobe.train.metrics import read_jsonl
-from flashprobe.train.run import PHASES
+from flashprobe.train.run_state import PHASES
 
 
 def losses(run_dir) -> dict[int, float]:

@@ -130,7 +130,8 @@ class ReplayDigest:
 # -- replay.json → digest -------------------------------------------------------------------
 def compact(doc: Mapping[str, Any]) -> dict[str, Any]:
     """The digest form of one cell's replay.json (a ValueError names what does not fit)."""
-    from flashprobe.attribution.replay import FORMAT as REPLAY_FORMAT  # torch: the writer only
+    # imported here: the replay writer's modules import torch
+    from flashprobe.attribution.replay_files import FORMAT as REPLAY_FORMAT
 
     if doc.get("format") != REPLAY_FORMAT:
         raise ValueError(f"format {doc.get('format')!r}, not {REPLAY_FORMAT}")

@@ -1,0 +1,59 @@
+"""Whether a checkpoint may be continued: resumed by its own run, or branched from by another."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from flashprobe.errors import FlashprobeError
+from flashprobe.train.checkpoint import Checkpoint
+from flashprobe.train.config import TrainConfig
+
+#: Config keys a resumed run may change (everything else must match the run's config.json).
+RESUMABLE_KEYS = frozenset(
+    {
+        "train.steps",
+        "train.checkpoint_every",
+        "train.checkpoint_final",
+        "train.keep_checkpoints",
+        "divergence.stop",
+    }
+)
+
+
+def check_resumable(checkpoint: Checkpoint, config: TrainConfig, out_dir: Path) -> None:
+    """Raise unless `config` differs from the checkpoint's only in RESUMABLE_KEYS."""
+    saved = checkpoint.state.get("config")
+    if not isinstance(saved, dict):
+        return
+    for key, (old, new) in _differences(saved, config.to_dict()).items():
+        if key not in RESUMABLE_KEYS:
+            raise FlashprobeError(
+                f"cannot resume {out_dir}: config key {key} changed ({old!r} → {new!r})"
+            )
+
+
+def check_branchable(checkpoint: Checkpoint, config: TrainConfig, data_digest: str | None) -> None:
+    """Raise unless the checkpoint's run has this seed, batch size, optimizer and data: the
+    branch then continues on the identical data order."""
+    state, train = checkpoint.state, config.train
+    checks = [
+        ("train.seed", state["seed"], train.seed),
+        ("train.batch_size", state["batch_size"], train.batch_size),
+        ("optimizer.name", state["optimizer_name"], config.optimizer.name),
+        ("data digest", state["data_digest"], data_digest),
+    ]
+    for name, theirs, ours in checks:
+        if theirs != ours:
+            raise FlashprobeError(
+                f"cannot branch from {checkpoint.path}: {name} differs ({theirs!r} vs {ours!r})"
+            )
+
+
+def _differences(old: Any, new: Any, prefix: str = "") -> dict[str, tuple[Any, Any]]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: dict[str, tuple[Any, Any]] = {}
+        for key in sorted(set(old) | set(new)):
+            out.update(_differences(old.get(key), new.get(key), f"{prefix}{key}."))
+        return out
+    return {} if old == new else {prefix.rstrip("."): (old, new)}
