@@ -3,8 +3,7 @@ measured) and what only the target machine can check."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from flashprobe.reporting.render import render
 
@@ -50,7 +49,7 @@ def estimate_lines(planned: SuitePlan, *, problems: bool = True) -> list[str]:
     if to_run:
         known = throughputs(suite)
         times = describe_times(tokens, parallel_units([p.cell for p in to_run]), known, device)
-        if times and any(_stops_at_divergence(p.cell.config) for p in to_run):
+        if times and any(p.setup.train.divergence.stop for p in to_run):
             times[-1] += ", every cell to its last step (one that diverges stops sooner)"
         if not any(t.matches(device) for t in known):
             times.append(f"no throughput measured for this machine ({device})")
@@ -59,10 +58,3 @@ def estimate_lines(planned: SuitePlan, *, problems: bool = True) -> list[str]:
         lines.append("Not checked here (only the machine that runs the suite can):")
         lines += [f"- {p}" for p in planned.problems]
     return lines
-
-
-def _stops_at_divergence(config: Mapping[str, Any]) -> bool:
-    """Whether a cell ends at its divergence (divergence.stop), so the estimate is a bound."""
-    from flashprobe.suites.cell_config import resolve_cell_config
-
-    return bool(resolve_cell_config(config).train.divergence.stop)
