@@ -45,8 +45,8 @@ def digest_merge_command(
     force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
 ) -> None:
     """Merge digests into one, keeping per variant, grid point and seed the run digest-report
-    counts (a finished run before a cut one, then the longest, then the latest); the superseded
-    runs are listed and left out.
+    counts (a run with an outcome before a cut one, then the longest, then the latest); the
+    superseded runs are listed and left out.
 
     Examples:
 

@@ -69,8 +69,8 @@ def report_command(
     Reads every cell (training outcome per seed) and the replay results (`flashprobe replay`);
     a partially finished store is reported as far as it goes, with what is missing. Each
     variant, grid point and seed counts once: when the store holds several runs of it (a
-    rerun with more steps, or after a code change), a finished run before a cut one, then its
-    longest, then latest; the notes name the others.
+    rerun with more steps, or after a code change), a run with an outcome before a cut one,
+    then its longest, then latest; the notes name the others.
 
     Examples:
 

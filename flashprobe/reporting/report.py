@@ -252,7 +252,7 @@ def _run_notes(
         )
         out.append(
             f"{len(superseded)} superseded run(s) not counted (each variant, grid point and seed "
-            "counts once: a finished run before a cut one, then its longest, then latest): "
+            "counts once: a run with an outcome before a cut one, then its longest, then latest): "
             f"{shown}{more}"
         )
     horizons: dict[int, list[str]] = {}

@@ -2,8 +2,8 @@
 
 A results folder holds one digest per claim, not one per device session: each session's digest
 is merged into the claim's file. The runs kept are those `digest-report` counts
-(digest.pooling: per suite, variant, grid point and seed a finished run before a cut one, then
-the longest, then the latest);
+(digest.pooling: per suite, variant, grid point and seed a run with an outcome before a cut
+one, then the longest, then the latest);
 the superseded ones are dropped and listed. Cells are copied as written (no re-encoding), so a
 merge loses nothing of a counted run. The newest format version among the inputs is kept;
 version 1 (a bare list of cells, without configs or start times) cannot be merged.

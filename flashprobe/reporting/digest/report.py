@@ -371,8 +371,8 @@ def _run_notes(
     if superseded:
         out.append(
             f"{len(superseded)} superseded run(s) not counted (each variant, grid point and seed "
-            "counts once: a finished run before a cut one, then its longest, then latest; listed "
-            "below)"
+            "counts once: a run with an outcome before a cut one, then its longest, then latest; "
+            "listed below)"
         )
     old = [c for c in cells if c.version < 2]
     if old:
