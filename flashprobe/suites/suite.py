@@ -165,11 +165,13 @@ def expand_suite(
 
     resolved: dict[tuple[str, tuple[tuple[str, Any], ...], int], dict[str, Any]] = {}
     order = []
+    grid = list(itertools.product(*axes.values())) if axes else [()]
+    runs: dict[tuple[str, int, str], int] = {}  # each resolved run's grid point (its index)
     for variant, delta in variants.items():
         config = deep_merge(base, _mapping(delta or {}, f"variants.{variant}"))
         for key, value in run_overrides.items():
             set_dotted(config, key, copy.deepcopy(value))
-        for values in itertools.product(*axes.values()) if axes else [()]:
+        for index, values in enumerate(grid):
             point_config = copy.deepcopy(config)
             for key, value in zip(axes, values, strict=True):
                 set_dotted(point_config, key, copy.deepcopy(value))
@@ -186,6 +188,16 @@ def expand_suite(
                         raise FlashprobeError(f"variant {variant!r}: {exc}") from None
                     if isinstance(checked, Mapping):
                         cell_config = dict(checked)
+                run = json.dumps(cell_config, sort_keys=True, default=str)
+                same = runs.setdefault((variant, seed, run), index)
+                if same != index:  # one cell folder: it would train once and be skipped after
+                    first, second = (
+                        point_label(zip(axes, grid[i], strict=True)) for i in (same, index)
+                    )
+                    raise FlashprobeError(
+                        f"variant {variant!r}: grid points {first} and {second} are the same "
+                        "run; drop one axis value"
+                    )
                 resolved[variant, point, seed] = cell_config
                 order.append((variant, point, seed))
 

@@ -242,3 +242,27 @@ def test_a_suite_of_too_many_cells_is_refused_before_expanding() -> None:
     raw = {**RAW, "axes": {f"x.a{i}": list(range(10)) for i in range(6)}}  # 10**6 points
     with pytest.raises(FlashprobeError, match=r"expands to 4000000 cells .*at most 10000"):
         expand_suite(raw)
+
+
+@pytest.mark.parametrize(
+    "axes",
+    [
+        {"train.lr": [1e-3, 1e-3]},
+        {"train.lr": [1e-3, 0.001]},  # written differently, the same value
+        {"train.lr": [1e-3, 2e-3], "train.steps": [10, 10]},
+    ],
+)
+def test_an_axis_that_repeats_a_value_is_refused(axes: dict) -> None:
+    # Two grid points with one config would be one cell folder trained twice (or skipped).
+    with pytest.raises(FlashprobeError, match="the same run"):
+        expand_suite({**RAW, "axes": axes})
+
+
+def test_grid_points_that_a_validator_makes_equal_are_refused() -> None:
+    raw = {**RAW, "axes": {"train.lr": [1e-3, 2e-3]}}
+
+    def same_lr(config):  # normalises both points to one run
+        return {**config, "train": {**config["train"], "lr": 1e-3}}
+
+    with pytest.raises(FlashprobeError, match=r"variant 'baseline': grid points .* the same run"):
+        expand_suite(raw, validate=same_lr)
