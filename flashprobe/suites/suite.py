@@ -175,6 +175,11 @@ def expand_suite(
             point_config = copy.deepcopy(config)
             for key, value in zip(axes, values, strict=True):
                 set_dotted(point_config, key, copy.deepcopy(value))
+            if "seed" in point_config:  # the seeds list would silently replace it
+                raise FlashprobeError(
+                    f"variant {variant!r}: seed: set seeds with the suite's `seeds` list "
+                    "(--set 'seeds=[3]'), not a seed key"
+                )
             # Hashable (cells are grouped and keyed by their point): list values as tuples.
             point = tuple(
                 (key, hashable_value(value)) for key, value in zip(axes, values, strict=True)

@@ -266,3 +266,18 @@ def test_grid_points_that_a_validator_makes_equal_are_refused() -> None:
 
     with pytest.raises(FlashprobeError, match=r"variant 'baseline': grid points .* the same run"):
         expand_suite(raw, validate=same_lr)
+
+
+@pytest.mark.parametrize(
+    ("where", "raw", "overrides"),
+    [
+        ("base", {**RAW, "base": {**RAW["base"], "seed": 3}}, []),
+        ("variant", {**RAW, "variants": {"baseline": {"seed": 3}}}, []),
+        ("--set", RAW, ["seed=3"]),
+        ("axis", {**RAW, "axes": {"seed": [3, 4]}}, []),
+    ],
+)
+def test_a_seed_outside_the_seeds_list_is_refused(where: str, raw: dict, overrides: list) -> None:
+    # The suite's seeds list sets every cell's seed: a `seed:` anywhere else was dropped.
+    with pytest.raises(FlashprobeError, match=r"seed: set seeds with the suite's `seeds` list"):
+        expand_suite(raw, overrides=overrides)
