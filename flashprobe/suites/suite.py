@@ -223,7 +223,7 @@ def expand_suite(
         )
     return Suite(
         name=name,
-        description=str(raw.get("description", "")),
+        description=_description(raw.get("description")),
         cells=tuple(cells),
         raw=dict(raw),
     )
@@ -391,6 +391,14 @@ def _seeds(value: Any) -> list[int]:
     if len(set(seeds)) != len(seeds):
         raise FlashprobeError(f"seeds repeat: {seeds}")
     return seeds
+
+
+def _description(value: Any) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise FlashprobeError(f"description must be a string, got {type(value).__name__}")
+    return value
 
 
 def _axes(value: Any) -> dict[str, list[Any]]:

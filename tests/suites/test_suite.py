@@ -281,3 +281,10 @@ def test_a_seed_outside_the_seeds_list_is_refused(where: str, raw: dict, overrid
     # The suite's seeds list sets every cell's seed: a `seed:` anywhere else was dropped.
     with pytest.raises(FlashprobeError, match=r"seed: set seeds with the suite's `seeds` list"):
         expand_suite(raw, overrides=overrides)
+
+
+@pytest.mark.parametrize("description", [["a", "b"], {"a": 1}, 3])
+def test_a_description_must_be_text(description) -> None:
+    with pytest.raises(FlashprobeError, match="description must be a string"):
+        expand_suite({**RAW, "description": description})
+    assert expand_suite({**RAW, "description": None}).description == ""
