@@ -39,7 +39,7 @@ def loads(text: str) -> Any:
     if isinstance(data, dict) and isinstance(data.get(NONFINITE), dict):
         flags = data.pop(NONFINITE)
         for pointer, name in flags.items():
-            if isinstance(pointer, str) and name in _NAMES:
+            if isinstance(pointer, str) and isinstance(name, str) and name in _NAMES:
                 _set_pointer(data, pointer, _NAMES[name])
     return data
 

@@ -63,3 +63,9 @@ def test_has_type_reads_booleans_as_json_does() -> None:
     assert json_io.has_type(3, (int,)) and json_io.has_type(2.5, (int, float))
     assert not json_io.has_type(True, (int,)) and not json_io.has_type(False, (int, float))
     assert json_io.has_type(True, (bool,)) and not json_io.has_type("3", (int,))
+
+
+@pytest.mark.parametrize("name", [[], {"a": 1}, 5, None, "nan"])
+def test_a_damaged_nonfinite_flag_is_ignored_not_a_crash(name) -> None:
+    text = json.dumps({"loss": None, "_nonfinite": {"/loss": name}})
+    assert json_io.loads(text) == {"loss": None}

@@ -129,11 +129,11 @@ def digest_report_command(
         raise FlashprobeError(f"--horizon must be a step count >= 1, got {horizon}")
     rule = RiseRule(factor=rise_factor, reference_step=rise_from)
     if plot is not None:
+        from flashprobe.reporting.atomic import check_output_folder
         from flashprobe.reporting.plots import require_matplotlib
 
         require_matplotlib()  # fail before reading anything
-        if plot.exists() and not plot.is_dir():
-            raise FlashprobeError(f"--plot must be a folder, not a file: {plot}")
+        check_output_folder(plot, "--plot")
     reports = build_digest_reports(
         load_digests(digests),
         suite=suite,

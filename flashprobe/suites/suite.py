@@ -165,14 +165,21 @@ def expand_suite(
 
     resolved: dict[tuple[str, tuple[tuple[str, Any], ...], int], dict[str, Any]] = {}
     order = []
+    grid = list(itertools.product(*axes.values())) if axes else [()]
+    runs: dict[tuple[str, int, str], int] = {}  # each resolved run's grid point (its index)
     for variant, delta in variants.items():
         config = deep_merge(base, _mapping(delta or {}, f"variants.{variant}"))
         for key, value in run_overrides.items():
             set_dotted(config, key, copy.deepcopy(value))
-        for values in itertools.product(*axes.values()) if axes else [()]:
+        for index, values in enumerate(grid):
             point_config = copy.deepcopy(config)
             for key, value in zip(axes, values, strict=True):
                 set_dotted(point_config, key, copy.deepcopy(value))
+            if "seed" in point_config:  # the seeds list would silently replace it
+                raise FlashprobeError(
+                    f"variant {variant!r}: seed: set seeds with the suite's `seeds` list "
+                    "(--set 'seeds=[3]'), not a seed key"
+                )
             # Hashable (cells are grouped and keyed by their point): list values as tuples.
             point = tuple(
                 (key, hashable_value(value)) for key, value in zip(axes, values, strict=True)
@@ -186,6 +193,16 @@ def expand_suite(
                         raise FlashprobeError(f"variant {variant!r}: {exc}") from None
                     if isinstance(checked, Mapping):
                         cell_config = dict(checked)
+                run = json.dumps(cell_config, sort_keys=True, default=str)
+                same = runs.setdefault((variant, seed, run), index)
+                if same != index:  # one cell folder: it would train once and be skipped after
+                    first, second = (
+                        point_label(zip(axes, grid[i], strict=True)) for i in (same, index)
+                    )
+                    raise FlashprobeError(
+                        f"variant {variant!r}: grid points {first} and {second} are the same "
+                        "run; drop one axis value"
+                    )
                 resolved[variant, point, seed] = cell_config
                 order.append((variant, point, seed))
 
@@ -206,7 +223,7 @@ def expand_suite(
         )
     return Suite(
         name=name,
-        description=str(raw.get("description", "")),
+        description=_description(raw.get("description")),
         cells=tuple(cells),
         raw=dict(raw),
     )
@@ -374,6 +391,14 @@ def _seeds(value: Any) -> list[int]:
     if len(set(seeds)) != len(seeds):
         raise FlashprobeError(f"seeds repeat: {seeds}")
     return seeds
+
+
+def _description(value: Any) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise FlashprobeError(f"description must be a string, got {type(value).__name__}")
+    return value
 
 
 def _axes(value: Any) -> dict[str, list[Any]]:

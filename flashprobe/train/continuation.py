@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from flashprobe.errors import FlashprobeError
-from flashprobe.train.checkpoint import Checkpoint
+from flashprobe.train.checkpoint import Checkpoint, checkpoint_problem
 from flashprobe.train.config import TrainConfig
 
 #: Config keys a resumed run may change (everything else must match the run's config.json).
@@ -35,7 +35,11 @@ def check_resumable(checkpoint: Checkpoint, config: TrainConfig, out_dir: Path) 
 
 def check_branchable(checkpoint: Checkpoint, config: TrainConfig, data_digest: str | None) -> None:
     """Raise unless the checkpoint's run has this seed, batch size, optimizer and data: the
-    branch then continues on the identical data order."""
+    branch then continues on the identical data order; nor from a damaged checkpoint (a tensor
+    file cut short or changed: safetensors' own error would not name it)."""
+    problem = checkpoint_problem(checkpoint.path)
+    if problem is not None:
+        raise FlashprobeError(f"cannot branch from {checkpoint.path}: {problem}")
     state, train = checkpoint.state, config.train
     checks = [
         ("train.seed", state["seed"], train.seed),

@@ -94,13 +94,15 @@ def test_digest_report_bad_input(run_cli, tmp_path: Path) -> None:
         ((str(good), "--cell", "a"), "VARIANT:SEED"),
         ((str(good), "--rise-factor", "0.5"), "--rise-factor"),
         ((str(good), "--suite", "z"), "no suite 'z'"),
-        ((str(good), "--plot", str(plot_file)), "must be a folder"),
+        ((str(good), "--plot", str(plot_file)), "is not a folder"),
+        ((str(good), "--plot", str(plot_file / "figs")), "is not a folder"),
         ((), "Missing argument"),
     ]:
         result = run_cli("digest-report", *args)
         assert result.code == 2, args
         assert result.err.startswith("flashprobe: error:") and message in result.err, result.err
         assert result.err.count("\n") == 1 and "Traceback" not in result.err
+        assert result.out == ""  # refused before the report is built
     assert run_cli("digest-report", str(good)).code == 0
 
 

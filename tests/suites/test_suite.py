@@ -242,3 +242,49 @@ def test_a_suite_of_too_many_cells_is_refused_before_expanding() -> None:
     raw = {**RAW, "axes": {f"x.a{i}": list(range(10)) for i in range(6)}}  # 10**6 points
     with pytest.raises(FlashprobeError, match=r"expands to 4000000 cells .*at most 10000"):
         expand_suite(raw)
+
+
+@pytest.mark.parametrize(
+    "axes",
+    [
+        {"train.lr": [1e-3, 1e-3]},
+        {"train.lr": [1e-3, 0.001]},  # written differently, the same value
+        {"train.lr": [1e-3, 2e-3], "train.steps": [10, 10]},
+    ],
+)
+def test_an_axis_that_repeats_a_value_is_refused(axes: dict) -> None:
+    # Two grid points with one config would be one cell folder trained twice (or skipped).
+    with pytest.raises(FlashprobeError, match="the same run"):
+        expand_suite({**RAW, "axes": axes})
+
+
+def test_grid_points_that_a_validator_makes_equal_are_refused() -> None:
+    raw = {**RAW, "axes": {"train.lr": [1e-3, 2e-3]}}
+
+    def same_lr(config):  # normalises both points to one run
+        return {**config, "train": {**config["train"], "lr": 1e-3}}
+
+    with pytest.raises(FlashprobeError, match=r"variant 'baseline': grid points .* the same run"):
+        expand_suite(raw, validate=same_lr)
+
+
+@pytest.mark.parametrize(
+    ("where", "raw", "overrides"),
+    [
+        ("base", {**RAW, "base": {**RAW["base"], "seed": 3}}, []),
+        ("variant", {**RAW, "variants": {"baseline": {"seed": 3}}}, []),
+        ("--set", RAW, ["seed=3"]),
+        ("axis", {**RAW, "axes": {"seed": [3, 4]}}, []),
+    ],
+)
+def test_a_seed_outside_the_seeds_list_is_refused(where: str, raw: dict, overrides: list) -> None:
+    # The suite's seeds list sets every cell's seed: a `seed:` anywhere else was dropped.
+    with pytest.raises(FlashprobeError, match=r"seed: set seeds with the suite's `seeds` list"):
+        expand_suite(raw, overrides=overrides)
+
+
+@pytest.mark.parametrize("description", [["a", "b"], {"a": 1}, 3])
+def test_a_description_must_be_text(description) -> None:
+    with pytest.raises(FlashprobeError, match="description must be a string"):
+        expand_suite({**RAW, "description": description})
+    assert expand_suite({**RAW, "description": None}).description == ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import time
 
@@ -180,6 +181,25 @@ def test_branch_from_a_baseline_checkpoint_replays_its_data(tmp_path, make_confi
     assert branch_losses[6] == pytest.approx(losses(tmp_path / "base")[6], rel=0.02)
     with pytest.raises(FlashprobeError, match=r"train\.seed differs"):
         train_run(make_config(train={"seed": 5}), tmp_path / "x", start_from=tmp_path / "base")
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        ("model.safetensors", "model.safetensors does not match its checksum"),
+        ("optimizer.safetensors", "optimizer.safetensors does not match its checksum"),
+    ],
+)
+def test_branching_from_a_damaged_checkpoint_names_it(tmp_path, make_config, damage, problem):
+    # A cut copy of the source's checkpoint: one line naming the file, not safetensors' error.
+    train_run(make_config(train={"checkpoint_every": 6}), tmp_path / "base")
+    source = tmp_path / "base" / "checkpoints" / "step_0000006"
+    blob = (source / damage).read_bytes()
+    (source / damage).write_bytes(blob[: len(blob) // 2])
+    message = f"cannot branch from {source}: {problem}"
+    with pytest.raises(FlashprobeError, match=re.escape(message)):
+        train_run(make_config(model={"attention": "math"}), tmp_path / "branch", start_from=source)
+    assert not (tmp_path / "branch" / "metrics.jsonl").exists()
 
 
 def test_checkpoint_round_trip_is_safetensors_and_json(tmp_path, make_config) -> None:
