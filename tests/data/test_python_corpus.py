@@ -16,6 +16,7 @@ from flashprobe.data import DataConfig, open_dataset
 from flashprobe.data.python_corpus import (
     MANIFEST,
     SITE_DIRS,
+    _in_threads,
     built_python_corpus,
     list_sources,
     python_corpus,
@@ -274,3 +275,19 @@ def test_build_is_pinned_byte_for_byte(tmp_path, monkeypatch, max_bytes) -> None
     )
     assert got == PINNED[max_bytes]
     assert hashlib.sha256(tokens).hexdigest() == corpus.digest
+
+
+def test_threaded_reads_keep_the_order_and_stop_when_closed() -> None:
+    seen: list[int] = []
+
+    def work(item: int) -> int:
+        seen.append(item)
+        return item * item
+
+    items = list(range(100))
+    assert list(_in_threads(work, items, batch=3, workers=2)) == [i * i for i in items]
+    seen.clear()
+    reads = _in_threads(work, items, batch=3, workers=2)
+    assert [next(reads) for _ in range(4)] == [0, 1, 4, 9]
+    reads.close()
+    assert len(seen) <= 3 * (2 * 2 + 2)  # the batches queued ahead, not the whole list
