@@ -18,15 +18,19 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import json
 import os
 import shutil
 import sys
 import sysconfig
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from stat import S_ISREG
+from typing import TypeVar
 
 import numpy as np
 
@@ -36,6 +40,8 @@ FORMAT = 1  # bump when the layout or the token order changes
 DEFAULT_MAX_BYTES = 1_000_000_000
 MANIFEST = "manifest.json"
 SITE_DIRS = frozenset({"site-packages", "dist-packages"})
+Item = TypeVar("Item")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -78,26 +84,38 @@ def list_sources(roots: list[tuple[str, Path]]) -> list[SourceFile]:
     seen: set[tuple[int, int]] = set()  # (device, inode): links and overlapping roots
     files: list[SourceFile] = []
     for label, root in roots:
-        found = []
-        for path in root.rglob("*.py"):
-            parts = path.relative_to(root).parts[:-1]
-            if label == "stdlib" and SITE_DIRS & set(parts):
-                continue  # site-packages under the stdlib: its own root, or not this venv's
-            found.append(path)
-        for path in sorted(found, key=lambda p: p.relative_to(root).as_posix()):
-            try:
-                stat = path.stat()
-            except OSError:
-                continue  # a dangling link or an unreadable entry
-            if (stat.st_dev, stat.st_ino) in seen or not S_ISREG(stat.st_mode):
-                continue
+        relatives = sorted(_py_files(root, skip_site_dirs=label == "stdlib"))
+        paths = [root / relative for relative in relatives]
+        for relative, path, stat in zip(relatives, paths, _in_threads(_stat, paths), strict=True):
+            if stat is None or (stat.st_dev, stat.st_ino) in seen or not S_ISREG(stat.st_mode):
+                continue  # unreadable, a file seen from an earlier root or through a link, a folder
             seen.add((stat.st_dev, stat.st_ino))
-            files.append(
-                SourceFile(
-                    label, path, path.relative_to(root).as_posix(), stat.st_size, stat.st_mtime_ns
-                )
-            )
+            files.append(SourceFile(label, path, relative, stat.st_size, stat.st_mtime_ns))
     return files
+
+
+def _py_files(root: Path, skip_site_dirs: bool) -> Iterator[str]:
+    """The posix paths, relative to root, of the `*.py` entries that `root.rglob("*.py")` finds:
+    every folder but linked ones is entered; site-packages folders are left out when asked
+    (site-packages under the stdlib: its own root, or not this venv's)."""
+    folders = [""]
+    while folders:
+        folder = folders.pop()
+        try:
+            with os.scandir(root / folder) as entries:
+                listed = list(entries)
+        except OSError:
+            continue
+        for entry in listed:
+            relative = folder + entry.name
+            if relative.endswith(".py"):
+                yield relative  # a folder or a dangling link too: list_sources' stat drops them
+            try:
+                enter = entry.is_dir() and not entry.is_symlink()
+            except OSError:
+                enter = False
+            if enter and not (skip_site_dirs and entry.name in SITE_DIRS):
+                folders.append(relative + "/")
 
 
 def cache_key(
@@ -210,30 +228,30 @@ def _build(where: _Location, progress: bool) -> None:
         open(tmp / "train.bin", "wb") as train,
         open(tmp / "val.bin", "wb") as val,
         _progress_bar(total, progress, folder) as advance,
+        contextlib.closing(_in_threads(_tokens, [f.path for f in files])) as reads,
     ):
         taken = 0
-        for f in files:
+        for f, tokens in zip(files, reads, strict=True):
             if taken >= max_bytes:
                 break
-            try:
-                blob = f.path.read_bytes()
-            except OSError:
+            if tokens is None:
                 continue
             split = "val" if len(used) % val_every == val_every - 1 else "train"
-            (val if split == "val" else train).write(
-                np.frombuffer(blob, dtype=np.uint8).astype("<u2").tobytes()
-            )
-            counts[split] += len(blob)
-            taken += len(blob)
-            used.append([f.root, f.relative, len(blob), split])
-            advance(len(blob))
+            if split == "train":
+                train.write(tokens)
+                stream.update(tokens)
+            else:
+                val.write(tokens)
+            counts[split] += len(tokens)
+            taken += len(tokens)
+            used.append([f.root, f.relative, len(tokens), split])
+            advance(len(tokens))
     if counts["train"] < 2 or counts["val"] < 2:
         shutil.rmtree(tmp, ignore_errors=True)
         raise FlashprobeError(f"python corpus too small: {len(used)} files, {taken} bytes")
-    for name in ("train.bin", "val.bin"):  # the digest covers exactly the bytes a run reads
-        with open(tmp / name, "rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 24), b""):
-                stream.update(chunk)
+    with open(tmp / "val.bin", "rb") as handle:  # the stream is train tokens, then val tokens
+        for chunk in iter(lambda: handle.read(1 << 24), b""):
+            stream.update(chunk)
     manifest = {
         "format": FORMAT,
         "source": "pysource",
@@ -253,6 +271,45 @@ def _build(where: _Location, progress: bool) -> None:
     (tmp / "meta.json").write_text(json.dumps({"vocab_size": 256}))
     (tmp / MANIFEST).write_text(json.dumps(manifest))  # last: its presence means complete
     tmp.replace(folder)
+
+
+def _in_threads(
+    work: Callable[[Item], T], items: list[Item], batch: int = 64, workers: int = 8
+) -> Iterator[T]:
+    """`work` of each item, in order, done by threads in batches a few batches ahead: for work that
+    waits on the disk (waits release the GIL). Closed early, it starts no further batches."""
+
+    def run(chunk: list[Item]) -> list[T]:
+        return [work(item) for item in chunk]
+
+    chunks = (items[i : i + batch] for i in range(0, len(items), batch))
+    with ThreadPoolExecutor(workers) as pool:
+        pending = deque(pool.submit(run, c) for c in itertools.islice(chunks, 2 * workers))
+        try:
+            while pending:
+                done = pending.popleft().result()
+                pending.extend(pool.submit(run, c) for c in itertools.islice(chunks, 1))
+                yield from done
+        finally:
+            for future in pending:
+                future.cancel()
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return path.stat()
+    except OSError:
+        return None  # a dangling link or an unreadable entry
+
+
+def _tokens(path: Path) -> np.ndarray | None:
+    """The file's bytes as uint16 LE tokens, or None where it cannot be read."""
+    try:
+        with open(path, "rb", buffering=0) as handle:
+            blob = handle.read()
+    except OSError:
+        return None
+    return np.frombuffer(blob, dtype=np.uint8).astype("<u2")
 
 
 @contextlib.contextmanager

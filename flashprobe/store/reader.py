@@ -7,6 +7,7 @@ Files this module reads, per cell STORE/<suite>/<variant>--<key>/:
     cell.json, config.json, summary.json         (through ResultStore)
     environment.json                             its time only: when the cell started
     run/metrics.jsonl                            per-step records (a torn last line is dropped)
+    run/interrupted.json                         a cut run's steps, wall time and time by phase
     run/captures/step_<t>.safetensors, manifest.json
     replay.json                                  written by attribution.replay
 and per suite STORE/<suite>/replay.json (the replay's roles and variants, also written here) and
@@ -36,6 +37,7 @@ from flashprobe.store.result_store import (
     write_json,
 )
 from flashprobe.suites.suite import meta_point, point_label
+from flashprobe.train.run_state import INTERRUPTED
 
 REPLAY_FILE = "replay.json"
 CAPTURE_SUBDIR = "captures"
@@ -138,6 +140,30 @@ def read_metrics(cell: CellView) -> list[dict[str, Any]]:
     (`well_formed`), NaN restored (flashprobe.json_io). A corrupt line (a run killed mid-write
     tears the last one; a hand edit) is left out; `metrics_problems` says which."""
     return _scan_metrics(cell.run_dir / METRICS_FILE)[0]
+
+
+def read_interrupted(cell: CellView) -> dict[str, Any] | None:
+    """What an unfinished cell's run recorded as it was cut short (run/interrupted.json,
+    train.run_state.interrupted_record): steps_done, wall_time_s and time_by_phase_s so far.
+    None for a finished cell (a record left by a cut it was resumed from), and for a run
+    without one (killed outright) or with one that is unreadable or not of that shape."""
+    path = cell.run_dir / INTERRUPTED
+    if cell.finished or not path.is_file():
+        return None
+    try:
+        record = json_io.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    phases = record.get("time_by_phase_s")
+    shaped = (
+        _is_int(record.get("steps_done"))
+        and _number_or_none(record.get("wall_time_s"))
+        and isinstance(phases, dict)
+        and all(_number_or_none(v) for v in phases.values())
+    )
+    return record if shaped else None
 
 
 def _scan_metrics(path: Path) -> tuple[list[dict[str, Any]], list[int]]:

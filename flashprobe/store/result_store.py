@@ -28,6 +28,9 @@
             checkpoints/     step_<n:07d>/ (model + optimizer safetensors, state.json), `latest`
             captures/        see below
             summary.json     train_run's RunSummary
+            interrupted.json a run cut short (Ctrl-C, a time limit's SIGINT, a shard's SIGTERM):
+                             steps_done, wall_time_s and time_by_phase_s so far; it marks
+                             nothing finished (digested as the cell's `interrupted`)
         replay.json        this cell's captures replayed (attribution.replay), when it was a source
         summary.json       written last; its presence marks the cell finished: the RunSummary
                            fields (steps_done, final_loss, min_loss, final_val_loss, diverged,

@@ -7,6 +7,8 @@ A run folder holds:
   checkpoints/       step_<n>/ folders and `latest` (see flashprobe.train.checkpoint)
   captures/          step_<t>.safetensors with Q, K, V, O, LSE, dO of the captured layers
   summary.json       the RunSummary
+  interrupted.json   a run cut short (KeyboardInterrupt): its steps, wall time and time by phase
+                     so far (run_state.interrupted_record); deleted when a resumed run finishes
 
 Step t (0-based) reads the batch `BatchSampler(seed).offsets(t)` and reseeds torch from
 (seed, t, rank) (train.determinism), so resuming or branching from a checkpoint (checked by
@@ -55,7 +57,13 @@ from flashprobe.train.interrupt import DeferredInterrupt
 from flashprobe.train.metrics import JsonlLog, qk_spectral_norms, truncate_jsonl
 from flashprobe.train.optim import build_optimizer
 from flashprobe.train.precision import autocast_context
-from flashprobe.train.run_state import RunState, RunSummary, time_by_phase
+from flashprobe.train.run_state import (
+    INTERRUPTED,
+    RunState,
+    RunSummary,
+    interrupted_record,
+    time_by_phase,
+)
 from flashprobe.train.schedule import lr_at
 
 Progress = Callable[[dict[str, Any]], None]
@@ -228,6 +236,12 @@ class _Run:
                         self.state.wall_time_s = time.perf_counter() - wall_start
                     if cut:  # resumable from this very step
                         raise KeyboardInterrupt
+        except KeyboardInterrupt:  # cut short: keep where its time went (no summary: unfinished)
+            if self.dist.is_main:
+                self.state.wall_time_s = time.perf_counter() - wall_start
+                record = json_io.dumps(interrupted_record(self.state), indent=1) + "\n"
+                write_text_atomic(self.out_dir / INTERRUPTED, record)
+            raise
         finally:
             for log in (metrics_log, data_log):
                 if log is not None:
@@ -237,6 +251,7 @@ class _Run:
             write_text_atomic(
                 self.out_dir / "summary.json", json_io.dumps(summary.to_dict(), indent=1) + "\n"
             )
+            (self.out_dir / INTERRUPTED).unlink(missing_ok=True)  # finished after all
         return summary
 
     def _train_step(

@@ -7,6 +7,10 @@ from typing import Any
 
 #: The phases of RunSummary.time_by_phase_s, in the order they are reported.
 PHASES = ("train", "eval", "spectral", "checkpoint", "capture", "other")
+#: The run folder's record of a run cut short (KeyboardInterrupt: Ctrl-C, a time limit's SIGINT,
+#: a shard's SIGTERM), written as it stops: interrupted_record. Not a summary: the run is not
+#: finished, and a resumed run that finishes deletes it.
+INTERRUPTED = "interrupted.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,3 +60,13 @@ def time_by_phase(state: RunState) -> dict[str, float]:
     phases = {"train": state.train_time_s, **state.phase_time_s}
     phases["other"] = max(state.wall_time_s - sum(phases.values()), 0.0)
     return {name: round(phases.get(name, 0.0), 3) for name in PHASES}
+
+
+def interrupted_record(state: RunState) -> dict[str, Any]:
+    """What a run cut short records of itself (INTERRUPTED): the steps it did, its wall time so
+    far and where that time went (as RunSummary's fields of the same names)."""
+    return {
+        "steps_done": state.step,
+        "wall_time_s": state.wall_time_s,
+        "time_by_phase_s": time_by_phase(state),
+    }

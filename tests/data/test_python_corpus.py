@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing
+import os
 from pathlib import Path
+from stat import S_ISREG
 
 import numpy as np
 import pytest
@@ -13,6 +15,8 @@ import pytest
 from flashprobe.data import DataConfig, open_dataset
 from flashprobe.data.python_corpus import (
     MANIFEST,
+    SITE_DIRS,
+    _in_threads,
     built_python_corpus,
     list_sources,
     python_corpus,
@@ -154,3 +158,136 @@ def test_a_lookup_builds_nothing_and_finds_what_was_built(tmp_path) -> None:
     found = built_python_corpus(0.5, cache_dir=cache, roots=roots)
     assert found is not None and found.folder == corpus.folder and found.digest == corpus.digest
     assert built_python_corpus(0.5, max_bytes=40, cache_dir=cache, roots=roots) is None
+
+
+PINNED_MTIME_NS = 1_700_000_000_123_456_789
+
+
+def make_pinned_tree(root: Path) -> list[tuple[str, Path]]:
+    """A tree whose corpus is the same on every machine: relative roots (the test runs in `root`),
+    fixed contents and fixed mtimes. It holds the cases the listing must get right: hidden and
+    nested folders, a folder named like a source file, foreign site-packages under the stdlib, a
+    link to a file, a hard link across roots, a dangling link, a linked folder, an empty file and
+    bytes that are not text."""
+    lib, site = root / "lib", root / "venv" / "site-packages"
+    files: dict[Path, bytes] = {}
+    for i in range(60):
+        folder = lib.joinpath(*[f"pkg{(i + d) % 5}" for d in range(i % 4)])
+        blob = hashlib.sha256(str(i).encode()).digest() * (i * 37 % 90)
+        files[folder / f"mod_{i:02d}.py"] = f"# module {i}\n".encode() + blob
+    for i in range(25):
+        files[site / f"dist{i % 3}" / f"m{i}.py"] = f"VALUE = {i}\n".encode() * (i * 13 % 40)
+    files |= {
+        lib / ".hidden" / "h.py": b"hidden = True\n",
+        lib / "site-packages" / "foreign.py": b"not this interpreter's\n",
+        lib / "a" / "dist-packages" / "foreign.py": b"nor this\n",
+        lib / "dir.py" / "inner.py": b"inner = 1\n",
+        lib / "README.PY": b"upper case: not matched\n",
+        lib / "notes.txt": b"not python\n",
+        lib / "empty.py": b"",
+        lib / "hard.py": b"hard = 'linked'\n",
+        site / "a.py": b"a = 0\n",
+    }
+    for path, blob in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(blob)
+        os.utime(path, ns=(PINNED_MTIME_NS, PINNED_MTIME_NS + len(blob)))
+    os.link(lib / "hard.py", site / "hard_again.py")  # the same file from both roots: once
+    (site / "link.py").symlink_to("a.py")
+    (site / "dangling.py").symlink_to("missing.py")
+    (site / "linked_folder").symlink_to(Path("..", "..", "lib", "pkg1"))  # not entered
+    return [("stdlib", Path("lib")), ("site:0", Path("venv", "site-packages"))]
+
+
+def rglob_sources(roots: list[tuple[str, Path]]) -> list[tuple[str, str, int, int]]:
+    """A straightforward listing to compare with: rglob, sort, stat, first of each inode."""
+    seen, rows = set(), []
+    for label, root in roots:
+        found = [
+            p.relative_to(root).as_posix()
+            for p in root.rglob("*.py")
+            if label != "stdlib" or not SITE_DIRS & set(p.relative_to(root).parts[:-1])
+        ]
+        for relative in sorted(found):
+            try:
+                stat = (root / relative).stat()
+            except OSError:
+                continue
+            if stat.st_ino in seen or not S_ISREG(stat.st_mode):
+                continue
+            seen.add(stat.st_ino)
+            rows.append((label, relative, stat.st_size, stat.st_mtime_ns))
+    return rows
+
+
+def test_listing_matches_a_plain_rglob(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    roots = make_pinned_tree(tmp_path)
+    listed = [(f.root, f.relative, f.size, f.mtime_ns) for f in list_sources(roots)]
+    assert listed == rglob_sources(roots)
+    names = {relative for _, relative, _, _ in listed}
+    assert {".hidden/h.py", "dir.py/inner.py", "empty.py", "hard.py", "a.py"} <= names
+    assert not names & {"hard_again.py", "link.py", "dangling.py", "dir.py", "README.PY"}
+    assert not [n for n in names if "foreign" in n or n.startswith("linked_folder")]
+    assert [f.path for f in list_sources(roots)][:2] == [
+        Path("lib", ".hidden", "h.py"),
+        Path("lib", "dir.py", "inner.py"),
+    ]
+
+
+def _manifest_digest(folder: Path) -> str:
+    """sha256 of manifest.json as written, the interpreter's version masked."""
+    text = (folder / MANIFEST).read_text()
+    version = json.loads(text)["python"]
+    masked = text.replace(f'"python": "{version}"', '"python": ""')
+    return hashlib.sha256(masked.encode()).hexdigest()
+
+
+# Pinned from the corpus builder as it was before the threaded build: the same files must give
+# the same cache folder, the same manifest bytes and the same token stream.
+PINNED = {
+    None: (
+        "pysource-c88c800b49004695",
+        "f17c3f47806be37a847ac6aecd205dcda0fadce2fa877e2f78fce19bcc47c369",
+        "c4070f345ff209722368a22f67d8bdabf2dcd7bd5c45a72c011f8d1218336abd",
+        90,
+    ),
+    40_000: (
+        "pysource-5075cf671f6b227a",
+        "ff17c520768ab02c91ba2368af4a7102c1aab042035870d41cab826ef0590305",
+        "35fb455f907bda05f76a17a77e2734c173c8e794f39afcd81f64fbdb3b36d55a",
+        35,
+    ),
+}
+
+
+@pytest.mark.parametrize("max_bytes", sorted(PINNED, key=lambda m: m or 0))
+def test_build_is_pinned_byte_for_byte(tmp_path, monkeypatch, max_bytes) -> None:
+    monkeypatch.chdir(tmp_path)
+    roots = make_pinned_tree(tmp_path)
+    corpus = python_corpus(0.25, max_bytes, cache_dir="cache", roots=roots, progress=False)
+    tokens = (corpus.folder / "train.bin").read_bytes() + (corpus.folder / "val.bin").read_bytes()
+    got = (
+        corpus.folder.name,
+        corpus.digest,
+        _manifest_digest(corpus.folder),
+        corpus.manifest["files_used"],
+    )
+    assert got == PINNED[max_bytes]
+    assert hashlib.sha256(tokens).hexdigest() == corpus.digest
+
+
+def test_threaded_reads_keep_the_order_and_stop_when_closed() -> None:
+    seen: list[int] = []
+
+    def work(item: int) -> int:
+        seen.append(item)
+        return item * item
+
+    items = list(range(100))
+    assert list(_in_threads(work, items, batch=3, workers=2)) == [i * i for i in items]
+    seen.clear()
+    reads = _in_threads(work, items, batch=3, workers=2)
+    assert [next(reads) for _ in range(4)] == [0, 1, 4, 9]
+    reads.close()
+    assert len(seen) <= 3 * (2 * 2 + 2)  # the batches queued ahead, not the whole list

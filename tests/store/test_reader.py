@@ -13,6 +13,7 @@ from flashprobe.errors import FlashprobeError
 from flashprobe.store import reader as sr
 from flashprobe.store.result_store import ResultStore
 from flashprobe.suites.suite import expand_suite
+from flashprobe.train.run_state import INTERRUPTED
 
 
 def test_attention_maxima_take_the_largest_over_layers_and_heads() -> None:
@@ -256,3 +257,31 @@ def test_a_null_seed_in_cell_json_reads_as_absent(tmp_path) -> None:
     view = dataclasses.replace(view, meta={**view.meta, "seed": None, "variant": None})
     assert view.seed == 0
     assert view.variant == view.path.name.split("--")[0]
+
+
+def test_a_cut_run_record_is_read_for_an_unfinished_cell_only(tmp_path) -> None:
+    record = {"steps_done": 2, "wall_time_s": 3.5, "time_by_phase_s": {"train": 3.0, "other": 0.5}}
+    cut = cell_with(tmp_path / "cut", steps(0, 1), None)
+    assert sr.read_interrupted(cut) is None  # killed outright: no record
+    (cut.run_dir / INTERRUPTED).write_text(json.dumps(record))
+    assert sr.read_interrupted(cut) == record and not cut.finished
+    done = cell_with(tmp_path / "done", steps(0, 1, 2, 3, 4, 5), {"steps_done": 6})
+    (done.run_dir / INTERRUPTED).write_text(json.dumps(record))  # left by an earlier cut
+    assert sr.read_interrupted(done) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{torn",
+        "[1, 2]",
+        '{"steps_done": "2", "wall_time_s": 1.0, "time_by_phase_s": {}}',
+        '{"steps_done": 2, "wall_time_s": true, "time_by_phase_s": {}}',
+        '{"steps_done": 2, "wall_time_s": 1.0, "time_by_phase_s": {"train": "1"}}',
+        '{"steps_done": 2, "wall_time_s": 1.0}',
+    ],
+)
+def test_a_cut_run_record_of_the_wrong_shape_reads_as_none(tmp_path, text) -> None:
+    cut = cell_with(tmp_path, steps(0, 1), None)
+    (cut.run_dir / INTERRUPTED).write_text(text)
+    assert sr.read_interrupted(cut) is None

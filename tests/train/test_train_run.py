@@ -20,7 +20,7 @@ from flashprobe.train import run as run_module
 from flashprobe.train import train_run
 from flashprobe.train.checkpoint import load_weights, read_checkpoint
 from flashprobe.train.metrics import read_jsonl
-from flashprobe.train.run_state import PHASES
+from flashprobe.train.run_state import INTERRUPTED, PHASES
 
 
 def losses(run_dir) -> dict[int, float]:
@@ -150,6 +150,36 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path, make_config) -> None:
     with pytest.raises(KeyboardInterrupt):
         train_run(config, tmp_path / "run", progress=sigint_during(6, times=2))
     assert read_checkpoint(tmp_path / "run").step == 5  # the step's checkpoint was not written
+
+
+def test_a_cut_run_records_where_its_time_went_and_stays_unfinished(tmp_path, make_config) -> None:
+    config = make_config(train={"checkpoint_every": 5})
+    with pytest.raises(KeyboardInterrupt):  # during step 7 (0-based 6): finish it, save, stop
+        train_run(config, tmp_path / "run", progress=sigint_during(6))
+    assert not (tmp_path / "run" / "summary.json").exists()  # not finished
+    record = json.loads((tmp_path / "run" / INTERRUPTED).read_text())
+    assert record["steps_done"] == 7 and record["wall_time_s"] > 0
+    phases = record["time_by_phase_s"]
+    assert list(phases) == list(PHASES)
+    assert phases["train"] > 0 and phases["eval"] > 0 and phases["checkpoint"] > 0
+    assert sum(phases.values()) == pytest.approx(record["wall_time_s"], abs=0.01)
+    summary = train_run(config, tmp_path / "run", resume=True)
+    assert summary.steps_done == 12 and summary.wall_time_s >= record["wall_time_s"]
+    assert not (tmp_path / "run" / INTERRUPTED).exists()  # finished after all
+
+
+def test_a_run_stopped_at_once_records_too_a_failed_one_does_not(tmp_path, make_config) -> None:
+    def stop_at_once(record: dict) -> None:  # a second Ctrl-C, a shard's SIGTERM
+        if record["step"] == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_run(make_config(), tmp_path / "cut", progress=stop_at_once)
+    record = json.loads((tmp_path / "cut" / INTERRUPTED).read_text())
+    assert record["steps_done"] == 4 and record["time_by_phase_s"]["train"] > 0
+    with pytest.raises(Interrupted):
+        train_run(make_config(), tmp_path / "failed", progress=interrupt_after(3))
+    assert not (tmp_path / "failed" / INTERRUPTED).exists()
 
 
 def test_resume_can_extend_a_finished_run(tmp_path, make_config) -> None:

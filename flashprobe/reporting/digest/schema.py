@@ -10,6 +10,9 @@ Version 3 (written by digest.writer), strict JSON (a non-finite number is null):
        {"meta": {...cell.json...}, "config": {...config.json...},
         "environment": {...environment.json...}, "started": 1733100000.0,
         "summary": {...summary.json...} | null (unfinished),
+        "interrupted": {"steps_done": 2370, "wall_time_s": 301.2,   # a cut run's own record
+                        "time_by_phase_s": {"train": 280.5, ...}} | null,  # (finished: null;
+                                                # absent in digests written before it was added)
         "last_step": 2369,                      # the last step in metrics.jsonl (0-based)
         "checkpoint_step": 2370,                # steps done at the latest checkpoint | null
         "divergence": {"step": 1755, "rule": "rise", "detail": "..."} | null,
@@ -128,6 +131,9 @@ class DigestCell:
     meta: Mapping[str, Any]
     summary: Mapping[str, Any] | None
     config: Mapping[str, Any] | None = None
+    #: A cut run's record of itself (steps_done, wall_time_s, time_by_phase_s so far; v3 from
+    #: when it was added): the cell stays unfinished.
+    interrupted: Mapping[str, Any] | None = None
     environment: Mapping[str, Any] | None = None
     started: float | None = None
     last_step: int | None = None
@@ -259,6 +265,10 @@ _CELL_TYPES: dict[str, tuple[type, ...]] = {
     "meta.source_key": (str, _NULL),
     **{f"summary.{name}": (*types, _NULL) for name, types in SUMMARY_TYPES.items()},
     **{f"config.{section}": (Mapping, _NULL) for section in _CONFIG_SECTIONS},
+    "interrupted": (Mapping, _NULL),
+    "interrupted.steps_done": (int,),
+    "interrupted.wall_time_s": (int, float, _NULL),
+    "interrupted.time_by_phase_s": (Mapping,),
     "config.train.steps": (int,),
     "config.divergence.min_step": (int,),
     "divergence.step": (int,),
@@ -337,7 +347,7 @@ def _v2_cell(raw: Any, path: Path, order: int, index: int, version: int) -> Dige
         )
         for r in _records(cell.get("spectral"), "spectral", index, Mapping)
     )
-    known = {"meta", "config", "environment", "started", "summary", "last_step",
+    known = {"meta", "config", "environment", "started", "summary", "interrupted", "last_step",
              "checkpoint_step", "divergence", "skipped_updates", "loss", "val_loss", "attention",
              "spectral", "replay"}  # fmt: skip
     return DigestCell(
@@ -347,6 +357,7 @@ def _v2_cell(raw: Any, path: Path, order: int, index: int, version: int) -> Dige
         version=version,
         meta=cell["meta"],
         summary=_optional_mapping(cell.get("summary"), "summary", index),
+        interrupted=_optional_mapping(cell.get("interrupted"), "interrupted", index),
         config=_optional_mapping(cell.get("config"), "config", index),
         environment=_optional_mapping(cell.get("environment"), "environment", index),
         started=_number(cell.get("started")),

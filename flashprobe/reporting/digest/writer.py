@@ -1,14 +1,15 @@
 """A result store → a digest (format: digest.schema, version 3).
 
 For bringing results back from a device machine, where a whole store (deep folders, many
-files, checkpoints) cannot travel: per cell its meta, config, environment, summary, the last
-logged step and the latest checkpoint's, the first divergence the metrics recorded, a loss
-curve thinned to about one record per `every` steps, every attention and spectral record
-reduced over heads, and its δ replay's compact form (digest.replay) when `flashprobe replay`
-replayed its captures. A replay.json that cannot be read is noted in the digest, not fatal: the
-training results still come back. What the store's reader finds wrong (corrupt, repeated or
-missing metrics, a summary.json at odds with cell.json, a folder without cell.json) goes into
-the digest's `notes`, as `flashprobe report` lists it.
+files, checkpoints) cannot travel: per cell its meta, config, environment, summary (a cut run:
+its own record of its wall time and time by phase so far), the last logged step and the latest
+checkpoint's, the first divergence the metrics recorded, a loss curve thinned to about one
+record per `every` steps, every attention and spectral record reduced over heads, and its δ
+replay's compact form (digest.replay) when `flashprobe replay` replayed its captures. A
+replay.json that cannot be read is noted in the digest, not fatal: the training results still
+come back. What the store's reader finds wrong (corrupt, repeated or missing metrics, a
+summary.json at odds with cell.json, a folder without cell.json) goes into the digest's
+`notes`, as `flashprobe report` lists it.
 """
 
 from __future__ import annotations
@@ -103,6 +104,8 @@ def digest_cell(cell: sr.CellView, every: int) -> dict[str, Any]:
         "environment": read_json(environment) if environment.is_file() else None,
         "started": cell.started or None,
         "summary": cell.summary,
+        # a cut run's own record, where it wrote one: still unfinished (summary null)
+        "interrupted": sr.read_interrupted(cell),
         "last_step": max((int(r.get("step", 0)) for r in records), default=None),
         "checkpoint_step": _checkpoint_step(cell),
         "divergence": divergence,

@@ -41,6 +41,7 @@ def test_round_trip(tiny_store: Path, tmp_path: Path) -> None:
         assert cell.order == 3 and cell.source == out
         assert cell.variant == entry["meta"]["variant"] and cell.seed == entry["meta"]["seed"]
         assert cell.summary == entry["summary"] and cell.config == entry["config"]
+        assert cell.interrupted == entry["interrupted"]
         assert [list(r) for r in cell.loss] == entry["loss"]
         assert [r.to_dict() for r in cell.attention] == entry["attention"]
         assert [r.to_dict() for r in cell.spectral] == entry["spectral"]
@@ -48,7 +49,7 @@ def test_round_trip(tiny_store: Path, tmp_path: Path) -> None:
     by = {(c.variant, c.seed): c for c in digest.cells}
     assert by["fa2", 0].steps_reached == 30 and by["fa2", 0].reached_is_exact
     cut = by["fa2", 1]
-    assert not cut.finished and not cut.reached_is_exact
+    assert not cut.finished and not cut.reached_is_exact and cut.interrupted is not None
     assert cut.steps_reached == max(cut.last_step + 1, cut.checkpoint_step)
     touchy = by["touchy", 0]
     assert touchy.diverged_step == touchy.summary["diverged_step"] is not None
@@ -152,6 +153,7 @@ def _typed_digest(make: Any) -> dict[str, Any]:
         cell["summary"] |= {"status": "done", "final_loss": 2.5, "final_val_loss": None,
                             "divergence_rule": None}  # fmt: skip
         cell["checkpoint_step"] = cell["replay"] = cell["environment"] = None
+        cell["interrupted"] = None  # finished
         cell["config"]["capture"] = None  # the store reads a null config section
     return {"format": "flashprobe-digest", "version": 3, "store": "/tmp/x", "every": 10,
             "written_by": {"flashprobe": "0.1.0"}, "suites": {"s": {"name": "s"}},
@@ -182,6 +184,7 @@ WRONG_TYPES = [
     ("meta.suite", None, "meta.suite must be a string, not null"),
     ("meta.variant", 5, "meta.variant must be a string, not 5"),
     ("suites.s", 5, "suites.s must be an object, not 5"),
+    ("interrupted", 5, "interrupted must be an object or null, not 5"),
 ]
 WRONG_IDS = [f"{field}={json.dumps(value)}" for field, value, _ in WRONG_TYPES]
 
@@ -189,7 +192,7 @@ WRONG_IDS = [f"{field}={json.dumps(value)}" for field, value, _ in WRONG_TYPES]
 def _wrongly_typed(make: Any, tmp_path: Path, field: str, value: Any) -> Path:
     raw = _typed_digest(make)
     *parents, key = field.split(".")
-    target = raw if parents[0] == "suites" else raw["cells"][0]
+    target = raw if parents[:1] == ["suites"] else raw["cells"][0]
     for part in parents:
         target = target[part]
     target[key] = value

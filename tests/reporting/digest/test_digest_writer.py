@@ -10,8 +10,12 @@ from pathlib import Path
 import pytest
 
 from flashprobe.errors import FlashprobeError
+from flashprobe.reporting.digest.outcomes import NO_OUTCOME, NOT_DIVERGED, seed_outcome
+from flashprobe.reporting.digest.pooling import one_run_per_seed
+from flashprobe.reporting.digest.schema import load_digest
 from flashprobe.reporting.digest.writer import build_digest, thin, write_digest
 from flashprobe.store import reader as sr
+from flashprobe.train.run_state import PHASES
 
 
 def _strict(text: str) -> object:
@@ -80,6 +84,27 @@ def test_diverged_and_cut_runs(tiny_store: Path, make) -> None:
     assert cut["summary"] is None
     assert cut["last_step"] <= make.cut_at and cut["loss"]
     assert cut["checkpoint_step"] == 10  # checkpoint_every 10; the cut came before step 20
+    assert touchy["interrupted"] is None and runs["fa2", 0]["interrupted"] is None
+
+
+def test_a_cut_run_carries_its_time_by_phase_and_still_counts_as_cut(
+    tiny_store: Path, tmp_path: Path, make
+) -> None:
+    out = tmp_path / "tiny.json"
+    write_digest(tiny_store, out)
+    cut = _by_run(_strict(out.read_text()))["fa2", 1]
+    record = cut["interrupted"]
+    assert cut["summary"] is None and record["steps_done"] == make.cut_at + 1
+    phases = record["time_by_phase_s"]
+    assert list(phases) == list(PHASES) and phases["train"] > 0
+    assert sum(phases.values()) == pytest.approx(record["wall_time_s"], abs=0.01)
+    cells = {(c.variant, c.seed): c for c in load_digest(out).cells}
+    loaded = cells["fa2", 1]
+    assert loaded.interrupted == record and not loaded.finished and not loaded.reached_is_exact
+    assert seed_outcome(loaded).status == NO_OUTCOME
+    assert seed_outcome(cells["fa2", 0]).status == NOT_DIVERGED
+    kept, _ = one_run_per_seed(list(cells.values()))
+    assert loaded in kept  # no finished run of that seed to prefer
 
 
 def test_non_finite_values_become_null(tiny_store: Path, tmp_path: Path) -> None:
@@ -178,8 +203,6 @@ def test_an_unreadable_replay_is_noted_not_fatal(replayed_store: Path, tmp_path:
 
 
 def test_a_folder_without_cell_json_is_a_note_of_the_digest(tiny_store: Path, tmp_path) -> None:
-    from flashprobe.reporting.digest.schema import load_digest
-
     store = tmp_path / "store"
     shutil.copytree(tiny_store, store)
     lost = sorted(store.glob("tiny/touchy--*"))[0]
