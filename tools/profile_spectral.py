@@ -1,18 +1,23 @@
-"""What the W_Q / W_K spectral norms cost a training run, and what cheaper ways of computing them
+"""What the W_Q / W_K spectral norms cost a training run, and what other ways of computing them
 would record instead (GPT-2 124M shape, one device).
 
     python tools/profile_spectral.py [--out OUT.json] [--repeats 5] [--device cuda]
 
 Training records them every `metrics.spectral_every` steps (flashprobe.train.metrics
-.qk_spectral_norms: 24 matrices of 768 × 768 and their 288 head blocks of 64 × 768, one SVD call
-per matrix and per matrix's heads). GPU SVDs of mid-size matrices are known to be slow, so this
-times that function and alternatives on the same weights (a GPT-2 124M model after a few steps of
-random-gradient updates, so that its singular values are not those of the initialisation):
+.qk_spectral_norms: 24 matrices of 768 × 768 and their 288 head blocks of 64 × 768). It used to
+take one SVD call per matrix and per matrix's heads, 1.4 s per record on an H200 (GPU SVDs of
+mid-size matrices are slow and run one matrix at a time); it now squares each Gram matrix 19
+times in batched fp64 matmuls (`largest_singular_values`). This times that function and
+alternatives on the same weights (a GPT-2 124M model after a few steps of random-gradient
+updates, so that its singular values are not those of the initialisation):
 
     current          qk_spectral_norms as training calls it
+    matrix-norm      torch.linalg.matrix_norm(ord=2) per matrix and per matrix's heads, in fp32
+                     (what training called before)
     svdvals-DRIVER   torch.linalg.svdvals per matrix with each cuSOLVER driver (CUDA only)
     batched          one svdvals call for the 24 matrices and one for the 288 head blocks
     gram-eigvalsh    sqrt of the largest eigenvalue of W Wᵀ (fp64), batched
+    gram-squaring    largest_singular_values (W Wᵀ squared 19 times, a Rayleigh quotient), batched
     cpu-fp64         the SVDs on the CPU in fp64 (the reference the others are compared with)
 
 For each: milliseconds per call (median of --repeats, device synchronised) and the largest
@@ -36,7 +41,7 @@ import torch  # noqa: E402
 
 from flashprobe.model import GPT  # noqa: E402
 from flashprobe.model.config import ModelConfig  # noqa: E402
-from flashprobe.train.metrics import qk_spectral_norms  # noqa: E402
+from flashprobe.train.metrics import largest_singular_values, qk_spectral_norms  # noqa: E402
 
 Norms = tuple[torch.Tensor, torch.Tensor]  # (24 whole-matrix norms, 24 × 12 head norms)
 
@@ -102,10 +107,12 @@ def main() -> None:
         record = qk_spectral_norms(model)
         pairs = list(zip(record["wq"], record["wk"], strict=True))
         heads = list(zip(record["wq_heads"], record["wk_heads"], strict=True))
-        whole = torch.tensor([v for pair in pairs for v in pair])
-        return whole, torch.tensor([h for pair in heads for h in pair])
+        whole = torch.tensor([v for pair in pairs for v in pair], dtype=torch.float64)
+        return whole, torch.tensor([h for pair in heads for h in pair], dtype=torch.float64)
 
     candidates: dict[str, Callable[[], Norms]] = {"current": current}
+    matrix_norm = lambda a: torch.linalg.matrix_norm(a, ord=2)  # noqa: E731
+    candidates["matrix-norm"] = lambda: per_matrix(stack, head_dim, matrix_norm)
     drivers = ("gesvd", "gesvdj", "gesvda") if device.type == "cuda" else (None,)
     for driver in drivers:
         name = f"svdvals-{driver}" if driver else "svdvals"
@@ -113,6 +120,7 @@ def main() -> None:
         candidates[name] = lambda norm=norm: per_matrix(stack, head_dim, norm)
     candidates["batched"] = lambda: batched(stack, head_dim, largest_singular(None))
     candidates["gram-eigvalsh"] = lambda: batched(stack, head_dim, gram_norm)
+    candidates["gram-squaring"] = lambda: batched(stack, head_dim, largest_singular_values)
     cpu = stack.cpu().double()
     candidates["cpu-fp64"] = lambda: batched(cpu, head_dim, largest_singular(None))
 
