@@ -14,18 +14,19 @@ SUITE=${1:?usage: side_by_side.sh SUITE "VARIANT:SEED ..." [ablate options]}
 CELLS=${2:?usage: side_by_side.sh SUITE "VARIANT:SEED ..." [ablate options]}
 shift 2
 BUDGET=${BUDGET:-560}
+STORES=${STORES:-/tmp/side}  # one store per cell under it
 export FLASHPROBE_CACHE=${FLASHPROBE_CACHE:-/tmp/fpcache} PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 for cell in $CELLS; do
   name=${cell%%:*}-${cell##*:}
   timeout -s INT "$BUDGET" python3 -m flashprobe ablate -c "$SUITE" --variant "${cell%%:*}" \
-    --set "seeds=[${cell##*:}]" "$@" --no-replay --store "/tmp/side/$name" >"$OUT/$name.log" 2>&1 &
+    --set "seeds=[${cell##*:}]" "$@" --no-replay --store "$STORES/$name" >"$OUT/$name.log" 2>&1 &
 done
 wait
 echo "side_by_side.sh: cells done or stopped after $SECONDS s"
 for cell in $CELLS; do
   name=${cell%%:*}-${cell##*:}
-  python3 -m flashprobe digest "/tmp/side/$name" "$OUT/$name.json" --every 10 >/dev/null \
+  python3 -m flashprobe digest "$STORES/$name" "$OUT/$name.json" --every 10 >/dev/null \
     || echo "side_by_side.sh: no digest for $name"
   grep -v ' step [0-9]*/' "$OUT/$name.log" | tail -n 3
 done
