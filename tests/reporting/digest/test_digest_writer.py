@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from flashprobe.errors import FlashprobeError
+from flashprobe.reporting.digest.loader import load_digest
 from flashprobe.reporting.digest.outcomes import NO_OUTCOME, NOT_DIVERGED, seed_outcome
 from flashprobe.reporting.digest.pooling import one_run_per_seed
-from flashprobe.reporting.digest.schema import load_digest
 from flashprobe.reporting.digest.writer import build_digest, thin, write_digest
 from flashprobe.store import reader as sr
 from flashprobe.store.metrics_check import store_notes
