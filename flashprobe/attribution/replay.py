@@ -66,6 +66,19 @@ from flashprobe.reference.golden import golden_backward, golden_forward
 from flashprobe.reference.heads import expand_kv, group_size
 from flashprobe.reference.threads import measurement_threads
 from flashprobe.store import reader as sr
+from flashprobe.store.capture_reader import (
+    Capture,
+    capture_files,
+    load_capture,
+    read_capture_header,
+)
+from flashprobe.store.metrics_check import unread_notes
+from flashprobe.store.replay_results import (
+    read_replay,
+    read_suite_replay,
+    write_replay,
+    write_suite_replay,
+)
 
 Progress = Callable[[str], None]
 
@@ -187,7 +200,7 @@ def replay_cells(
     readable = {c.name for c in cells}
     cells, superseded = one_run_per_seed(cells)  # as report counts them
     roles = resolve_roles(cells, settings.baseline, settings.safe, settings.components)
-    notes = [*roles.notes, *sr.unread_notes(cells)]
+    notes = [*roles.notes, *unread_notes(cells)]
     if superseded:
         notes.append(f"{len(superseded)} superseded run(s) not replayed (see `flashprobe report`)")
     backend = machine_backend(settings.backend)
@@ -207,11 +220,11 @@ def replay_cells(
     # the replay before any replay.json is written.
     plans = []
     for source in sources:
-        steps = sr.capture_files(source)
-        headers = [sr.read_capture_header(s, p) for s, p in steps] if untrained else []
+        steps = capture_files(source)
+        headers = [read_capture_header(s, p) for s, p in steps] if untrained else []
         plans.append((source, steps, resolve_groups(chosen, source, headers) if steps else {}))
     folder = cells[0].path.parent
-    earlier = sr.read_suite_replay(folder)
+    earlier = read_suite_replay(folder)
     kept = earlier_kept(folder, earlier, readable, wanted, backend, roles.baseline, plans, force)
     notes += kept.notes
     results: list[dict[str, Any]] = []
@@ -223,7 +236,7 @@ def replay_cells(
             notes.append(f"{source.name}: {state}no captures to replay")
             continue
         key = replay_key(steps, groups, backend)
-        old = sr.read_replay(source)
+        old = read_replay(source)
         if old is not None and old.get("key") == key and not force:
             results.append({"cell": source.name, "status": "cached", "steps": step_numbers(steps)})
             docs.append(old)
@@ -233,7 +246,7 @@ def replay_cells(
         doc["key"] = key
         doc["captures"] = capture_fingerprints(steps)
         doc = with_earlier(doc, old, kept.variants)
-        sr.write_replay(source, doc)
+        write_replay(source, doc)
         docs.append(doc)
         results.append({"cell": source.name, "status": "replayed", "steps": step_numbers(steps)})
     if not docs:
@@ -259,7 +272,7 @@ def replay_cells(
         "notes": notes,
         "flashprobe": __version__,
     }
-    suite_file = sr.write_suite_replay(folder, suite_doc)
+    suite_file = write_suite_replay(folder, suite_doc)
     return ReplayOutcome(suite, roles, results, str(suite_file), notes)
 
 
@@ -281,7 +294,7 @@ def replay_source(
     has_x = True
     layers_seen: set[int] = set()
     for step, path in steps:
-        capture = sr.load_capture(step, path)
+        capture = load_capture(step, path)
         for layer in capture.layers:
             tensors = {n: capture.layer(layer, n) for n in ("q", "k", "v", "do", "o", "x")}
             if any(tensors[n] is None for n in ("q", "k", "v", "do")):
@@ -319,7 +332,7 @@ def replay_source(
 
 def _replay_layer(
     source: sr.CellView,
-    capture: sr.Capture,
+    capture: Capture,
     layer: int,
     tensors: Mapping[str, torch.Tensor | None],
     groups: Mapping[str, Mapping[int, LayerGroups]],

@@ -20,6 +20,7 @@ from flashprobe import __version__
 from flashprobe.attribution.replay_variants import LayerGroups
 from flashprobe.errors import FlashprobeError
 from flashprobe.store import reader as sr
+from flashprobe.store.replay_results import read_replay
 
 FORMAT = "flashprobe-replay/1"
 
@@ -91,7 +92,7 @@ def _mismatch(
     if other:
         return f"made on other source cells than now ({other[0]})"
     for source, steps, _ in plans:
-        if steps and not _same_captures(sr.read_replay(source), source, steps, backend):
+        if steps and not _same_captures(read_replay(source), source, steps, backend):
             return f"made on other captures of {source.name}"
     return None
 

@@ -24,7 +24,8 @@ from typing import Any
 
 from flashprobe.backends import BACKENDS
 from flashprobe.errors import FlashprobeError
-from flashprobe.store import reader as sr
+from flashprobe.store.replay_results import read_suite_replay
+from flashprobe.store.suite_definition import read_suite_definition
 
 REPLAY_KEYS = ("baseline", "safe", "components", "variants", "sources", "backend")
 SOURCES = ("baseline", "all")
@@ -82,9 +83,9 @@ def stored_settings(folder: Path, **flags: Any) -> ReplaySettings:
     """The replay settings of a suite in the store: `flags` (ReplaySettings fields; None: not
     given), then the suite's own `replay:` section (suite.json), then the roles its last replay
     resolved (which may have been inferred)."""
-    declared = (sr.read_suite_definition(folder) or {}).get("replay")
+    declared = (read_suite_definition(folder) or {}).get("replay")
     declared = dict(declared) if isinstance(declared, dict) else {}
-    roles = (sr.read_suite_replay(folder) or {}).get("roles") or {}
+    roles = (read_suite_replay(folder) or {}).get("roles") or {}
     for key in ("baseline", "safe", "components"):
         if not declared.get(key) and roles.get(key):
             declared[key] = roles[key]

@@ -33,6 +33,8 @@ from flashprobe.errors import FlashprobeError
 from flashprobe.model.config import ModelConfig
 from flashprobe.spec import KernelSpec, format_field
 from flashprobe.store import reader as sr
+from flashprobe.store.capture_reader import CaptureHeader
+from flashprobe.store.suite_definition import read_suite_definition
 from flashprobe.suites.cell_config import resolve_cell_config
 from flashprobe.suites.suite import expand_suite, load_suite, point_label
 
@@ -104,7 +106,7 @@ def suite_file_variants(config: str | Path) -> dict[str, VariantConfigs]:
 
 def declared_variants(folder: Path) -> dict[str, VariantConfigs]:
     """The variants of STORE/<suite>/suite.json ({} without one)."""
-    raw = sr.read_suite_definition(folder)
+    raw = read_suite_definition(folder)
     if raw is None:
         return {}
     where = str(Path(folder) / "suite.json")
@@ -153,7 +155,7 @@ def choose(
 def resolve_groups(
     chosen: Mapping[str, Sequence[VariantConfigs]],
     source: sr.CellView,
-    captures: Sequence[sr.CaptureHeader],
+    captures: Sequence[CaptureHeader],
 ) -> dict[str, dict[int, LayerGroups]]:
     """Per chosen variant, its layer groups at the source's grid point; an untrained variant is
     checked against the source and its captures, a name defined twice must mean one kernel."""
@@ -188,7 +190,7 @@ def check_fits(
     model: ModelConfig,
     source_model: ModelConfig,
     source: str,
-    captures: Sequence[sr.CaptureHeader],
+    captures: Sequence[CaptureHeader],
 ) -> None:
     """One-line FlashprobeError naming every shape in which the variant's model differs from
     the captures' (the layer count from the source cell's model, the rest from the files)."""

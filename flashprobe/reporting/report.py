@@ -1,9 +1,9 @@
 """`flashprobe report`: a result store's suites as per-suite reports (summary, ranking,
 pooled switches, metrics, hot spots).
 
-`build_reports` gathers everything from the store (through store.reader) into plain row dicts,
-one SuiteReport per suite; report_tables renders them. A partially finished store is reported
-as far as it goes, and `missing` says what is not there yet.
+`build_reports` gathers everything from the store (through the store's readers) into plain row
+dicts, one SuiteReport per suite; report_tables renders them. A partially finished store is
+reported as far as it goes, and `missing` says what is not there yet.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ from flashprobe.attribution.runaway import gradient_runaway, runaway_note
 from flashprobe.attribution.selection import Superseded, one_run_per_seed
 from flashprobe.probes.bias_result import T_SIGNIFICANT
 from flashprobe.store import reader as sr
+from flashprobe.store.metrics_check import store_notes
+from flashprobe.store.replay_results import read_replay, read_suite_replay
+from flashprobe.store.suite_definition import read_suite_definition, suite_failure, suite_roles
 from flashprobe.suites.cell_config import horizon
 from flashprobe.suites.declared import declared_config
 
@@ -92,8 +95,8 @@ def build_suite_report(
     failure: FailureRule | None = None,
     horizon: int | None = None,
 ) -> SuiteReport:
-    stored = sr.read_suite_replay(sr.suite_dir(cells[0])) or {}
-    rule = failure or FailureRule.from_suite(sr.suite_failure(sr.suite_dir(cells[0])))
+    stored = read_suite_replay(sr.suite_dir(cells[0])) or {}
+    rule = failure or FailureRule.from_suite(suite_failure(sr.suite_dir(cells[0])))
     if horizon is not None:
         rule = dataclasses.replace(rule, horizon=horizon)
     for cell in cells:
@@ -104,14 +107,14 @@ def build_suite_report(
     cells, superseded = one_run_per_seed(every_run)
     saved = stored.get("roles") or {}
     # Roles: the command line, then the suite as ablate ran it (suite.json), then the replay's.
-    declared = sr.suite_roles(sr.suite_dir(cells[0])) or {}
+    declared = suite_roles(sr.suite_dir(cells[0])) or {}
     variants = {c.variant for c in cells}
     # The add design's reference declared but not run yet: its config from suite.json, so the
     # add rows are still told from the restores (and left unjudged).
     unrun = {}
     want_safe = safe or declared.get("safe")
     if want_safe and want_safe not in variants:
-        definition = sr.read_suite_definition(sr.suite_dir(cells[0])) or {}
+        definition = read_suite_definition(sr.suite_dir(cells[0])) or {}
         derived = declared_config(definition, want_safe)
         unrun = {} if derived is None else {want_safe: derived}
     declared = {k: v for k, v in declared.items() if k == "components" or v in variants}
@@ -122,7 +125,7 @@ def build_suite_report(
         declared.get("components") or saved.get("components") or {},
         unrun,
     )
-    docs = [d for d in (sr.read_replay(c) for c in cells) if d is not None]
+    docs = [d for d in (read_replay(c) for c in cells) if d is not None]
     mechanism = summarise(docs)
     missing = _missing(cells, docs, name)
     failed_at = failure_steps(cells, rule, sources=every_run)
@@ -137,7 +140,7 @@ def build_suite_report(
         notes.insert(0, f"failed (ranking): {rule.describe()}")
     notes += _run_notes(cells, superseded, known, rule)
     notes += _runaway_notes(cells, failed_at, rule)
-    notes += sr.store_notes(every_run)
+    notes += store_notes(every_run)
     replayed_on = saved.get("baseline")
     if docs and replayed_on and replayed_on != roles.baseline:
         notes.append(

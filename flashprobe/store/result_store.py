@@ -6,7 +6,7 @@
                                         with --config; it plans the same cells). report and
                                         replay take the roles from it: baseline, safe and
                                         components from its replay: section, else the baseline
-                                        is branch.from (store.reader.suite_roles)
+                                        is branch.from (store.suite_definition.suite_roles)
     STORE/<suite>/replay.json           the suite's replay: roles, variants, per-variant summary
                                         (attribution.replay)
     STORE/<suite>/logs/shard-<k>-of-<N>.log   stdout and stderr of `ablate --jobs N`'s process

@@ -21,6 +21,8 @@ from flashprobe.attribution.replay_settings import ReplaySettings
 from flashprobe.errors import FlashprobeError, RunStopped
 from flashprobe.reference.emulator import emulate_forward
 from flashprobe.store import reader as sr
+from flashprobe.store.capture_reader import capture_files, load_capture
+from flashprobe.store.replay_results import read_replay
 from flashprobe.store.result_store import ResultStore
 from flashprobe.suites.cell_config import normalise_cell_config
 from flashprobe.suites.suite import expand_suite
@@ -140,7 +142,7 @@ def test_unchanged_replay_is_cached_and_x_gives_weight_gradients(tmp_path) -> No
     again = replay_store(root, "planted", settings=ReplaySettings(variants=("baseline",)))
     assert {c["status"] for c in again.cells} == {"cached"}
     cell = next(c for c in sr.read_cells(root) if c.variant == "baseline")
-    doc = sr.read_replay(cell)
+    doc = read_replay(cell)
     assert doc is not None and doc["weight_gradient"] == "dW = dQᵀX"
     rec = doc["records"][0]
     assert 0 < rec["wq_rel"] < 1 and 0 < rec["dq_rel"] < 1
@@ -244,10 +246,10 @@ def test_x_gives_the_real_dw_per_head_group_and_the_report_drops_the_no_x_note(t
     cells = sr.read_cells(root, "planted")
     replay_cells(cells, ReplaySettings(baseline="baseline"), kernel=kernel)
     source = next(c for c in cells if c.variant == "baseline" and c.seed == 0)
-    doc = sr.read_replay(source)
+    doc = read_replay(source)
     assert doc is not None and doc["weight_gradient"] == "dW = dQᵀX"
     assert not any("layer input X" in n for n in doc["notes"])
-    capture = sr.load_capture(1, sr.capture_files(source)[0][1])
+    capture = load_capture(1, capture_files(source)[0][1])
     t = {n: capture.layer(1, n) for n in ("q", "k", "v", "do", "x")}
     gold = golden_backward(t["q"], t["k"], t["v"], t["do"], causal=True, scale=0.25)
     x = t["x"].double()
@@ -312,7 +314,7 @@ def test_grouped_query_captures_replay_as_each_query_heads_copy_of_its_kv_head(t
         root = make_store(tmp_path / str(expand), suite=suite, kv_heads=2, expand=expand)
         replay_store(root, "planted", settings=ReplaySettings(variants=("baseline", "delta-fp32")))
         cell = next(c for c in sr.read_cells(root) if c.variant == "baseline" and c.seed == 0)
-        doc = sr.read_replay(cell)
+        doc = read_replay(cell)
         assert doc is not None
         records.append(doc["records"])
     grouped, expanded = records
@@ -368,7 +370,7 @@ def test_replaying_one_more_variant_adds_it_to_the_earlier_replay(tmp_path) -> N
         assert any("kept the earlier replay of baseline, block-m" in n for n in outcome.notes)
         for cell in sr.read_cells(root, "planted"):
             if cell.variant == "baseline":
-                variants = {r["variant"] for r in sr.read_replay(cell)["records"]}
+                variants = {r["variant"] for r in read_replay(cell)["records"]}
                 assert variants == {"baseline", "block-m", "delta-fp32"}
 
 

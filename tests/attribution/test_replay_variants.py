@@ -17,6 +17,8 @@ from flashprobe.attribution.replay import replay_store, replay_suites
 from flashprobe.attribution.replay_settings import ReplaySettings
 from flashprobe.errors import FlashprobeError
 from flashprobe.store import reader as sr
+from flashprobe.store.capture_reader import capture_files, read_capture_header
+from flashprobe.store.replay_results import read_replay
 from flashprobe.suites.bundled import bundled_suites
 from flashprobe.yaml_io import read_yaml
 
@@ -53,7 +55,7 @@ def baseline_only(root: Path) -> Path:
 def cell_docs(root: Path) -> dict[int, dict[str, Any]]:
     """Per seed, the baseline cell's replay.json."""
     cells = [c for c in sr.read_cells(root, "planted") if c.variant == "baseline"]
-    return {c.seed: sr.read_replay(c) for c in cells}  # type: ignore[misc]
+    return {c.seed: read_replay(c) for c in cells}  # type: ignore[misc]
 
 
 def suite_doc(root: Path) -> dict[str, Any]:
@@ -115,22 +117,22 @@ def test_a_misfit_on_any_source_stops_before_anything_is_written(tmp_path) -> No
 
     root = baseline_only(tmp_path / "store")
     first, second = one_run_per_seed(sr.read_cells(root, "planted"))[0]  # the replay's order
-    for _, path in sr.capture_files(second):
+    for _, path in capture_files(second):
         tensors = {k: t[..., :8].contiguous() for k, t in load_file(str(path)).items()}
-        save_file(tensors, str(path), metadata=sr.read_capture_header(0, path).metadata)
+        save_file(tensors, str(path), metadata=read_capture_header(0, path).metadata)
     other = write_suite(tmp_path, suite_with({"sfa": {"kernel": {"preset": "sfa"}}}))
     with pytest.raises(FlashprobeError, match=rf"captures of {second.name}: head dim 16 vs 8"):
         replay_store(root, "planted", settings=BASELINE, variants_from=other)
     assert not list(root.glob("planted/**/replay.json"))
     replay_store(root, "planted", settings=BASELINE)  # the trained baseline alone: both replay
-    assert sr.read_replay(first) is not None and sr.read_replay(second) is not None
+    assert read_replay(first) is not None and read_replay(second) is not None
 
 
 def test_non_causal_captures_do_not_fit_a_variant(tmp_path) -> None:
     root = baseline_only(tmp_path / "store")
     for cell in sr.read_cells(root, "planted"):
-        for _, path in sr.capture_files(cell):
-            header = sr.read_capture_header(0, path)
+        for _, path in capture_files(cell):
+            header = read_capture_header(0, path)
             save_file(
                 load_file(str(path)), str(path), metadata={**header.metadata, "causal": "false"}
             )
@@ -283,5 +285,5 @@ def test_the_bundled_attribution_variants_replay_on_quick_shaped_captures(tmp_pa
     assert len(doc["untrained_variants"]) == len(declared) - 1
     assert "paper-code" not in doc["untrained_variants"]
     (source,) = sr.read_cells(tmp_path, "quick")
-    records = sr.read_replay(source)["records"]  # type: ignore[index]
+    records = read_replay(source)["records"]  # type: ignore[index]
     assert len(records) == len(declared) * 2 * 12  # variants × layers × heads (one step)

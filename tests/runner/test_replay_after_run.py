@@ -10,6 +10,7 @@ from flashprobe.runner.plan import plan_suite
 from flashprobe.runner.replay_after_run import replay_finished
 from flashprobe.runner.training import run_plan
 from flashprobe.store import reader as sr
+from flashprobe.store.replay_results import read_replay
 from flashprobe.store.result_store import ResultStore
 
 
@@ -38,7 +39,7 @@ def test_replay_after_the_run_uses_what_finished(tmp_path, make_suite) -> None:
     assert doc["roles"]["baseline"] == "fa2" and doc["roles"]["safe"] == "sfa"
     assert doc["weight_gradient"] == "dW = dQᵀX"  # real captures hold the layer input X
     failed = next(o for o in outcomes if o.status == "failed")
-    assert sr.read_replay(sr.CellView(failed.planned.path, {}, {}, None)) is None
+    assert read_replay(sr.CellView(failed.planned.path, {}, {}, None)) is None
     assert replay_finished(store, suite, outcomes).status == "cached"
 
     # the baseline finished nothing: nothing to replay on

@@ -11,7 +11,8 @@ and P̄ = 1 counts, max logits; digest.replay: the δ error's sign, t and runnin
 (digest.report builds them, digest.tables renders them) and figures (digest.figures).
 
     writer      store → digest file
-    schema      the format, its versions, and the loader (reads every version)
+    schema      the format, its versions, and the Digest / DigestCell it is read into
+    loader      a digest file of any version read and its fields' types checked
     replay      a run's δ replay: replay.json → compact digest form, and back
     pooling     one run per (suite, variant, point, seed) over several digests
     outcomes    diverged / not diverged / no outcome per seed, per variant, at a horizon;

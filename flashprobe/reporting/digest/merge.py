@@ -20,8 +20,9 @@ from typing import Any
 from flashprobe import __version__
 from flashprobe.errors import FlashprobeError
 from flashprobe.reporting.atomic import check_output_folder, write_text_atomic, write_text_new
+from flashprobe.reporting.digest.loader import load_digest
 from flashprobe.reporting.digest.pooling import Superseded, one_run_per_seed
-from flashprobe.reporting.digest.schema import FORMAT, load_digest
+from flashprobe.reporting.digest.schema import FORMAT
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from typing import Any
 from flashprobe.attribution.runaway import runaway_note
 from flashprobe.errors import FlashprobeError
 from flashprobe.reporting.digest import attention as att
+from flashprobe.reporting.digest.loader import load_digest
 from flashprobe.reporting.digest.outcomes import (
     DIVERGED,
     Branch,
@@ -35,7 +36,7 @@ from flashprobe.reporting.digest.pooling import Superseded, one_run_per_seed
 from flashprobe.reporting.digest.ranking import DigestRanking, digest_ranking
 from flashprobe.reporting.digest.reference import reference_runs
 from flashprobe.reporting.digest.rise import RiseResult, RiseRule, rises, trajectories
-from flashprobe.reporting.digest.schema import Digest, DigestCell, load_digest
+from flashprobe.reporting.digest.schema import Digest, DigestCell
 
 
 @dataclass

@@ -27,7 +27,10 @@ from flashprobe.reporting.digest import replay as rp
 from flashprobe.reporting.digest.schema import FORMAT, VERSION
 from flashprobe.reporting.render import to_jsonable
 from flashprobe.store import reader as sr
+from flashprobe.store.metrics_check import store_notes
+from flashprobe.store.replay_results import read_replay
 from flashprobe.store.result_store import ENVIRONMENT_FILE, read_json
+from flashprobe.store.suite_definition import read_suite_definition
 from flashprobe.train.checkpoint import checkpoint_step, latest_checkpoint
 
 DEFAULT_EVERY = 10
@@ -43,7 +46,7 @@ def build_digest(
     suites = {}
     for cell in cells:
         if cell.suite not in suites:
-            suites[cell.suite] = sr.read_suite_definition(sr.suite_dir(cell))
+            suites[cell.suite] = read_suite_definition(sr.suite_dir(cell))
     from flashprobe.runner.plan import code_version
 
     return to_jsonable(
@@ -56,7 +59,7 @@ def build_digest(
             "suites": {k: v for k, v in suites.items() if v is not None},
             "cells": [digest_cell(cell, every) for cell in cells],
             # the store check `flashprobe report` lists: damaged metrics thin the loss curve
-            "notes": sr.store_notes(cells),
+            "notes": store_notes(cells),
         }
     )
 
@@ -167,7 +170,7 @@ def replay_entry(cell: sr.CellView) -> dict[str, Any] | None:
     if not cell.replay_path.is_file():
         return None
     try:
-        doc = sr.read_replay(cell)
+        doc = read_replay(cell)
         return rp.compact(doc or {})
     except FlashprobeError as exc:
         return {"error": str(exc)}

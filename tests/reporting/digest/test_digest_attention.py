@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from flashprobe.reporting.digest import attention as att
-from flashprobe.reporting.digest.schema import load_digest
+from flashprobe.reporting.digest.loader import load_digest
 
 
 def _record(step, logits, ties, ones):

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from flashprobe.errors import FlashprobeError
+from flashprobe.reporting.digest.loader import load_digest
 from flashprobe.reporting.digest.merge import merge_digests
 from flashprobe.reporting.digest.report import build_digest_reports, load_digests
-from flashprobe.reporting.digest.schema import load_digest
 from flashprobe.reporting.digest.tables import render_digest_reports
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from flashprobe.attribution.ranking import fisher_exact
+from flashprobe.reporting.digest.loader import load_digest
 from flashprobe.reporting.digest.outcomes import (
     DIVERGED,
     NO_OUTCOME,
@@ -17,7 +18,6 @@ from flashprobe.reporting.digest.outcomes import (
     seed_outcome,
     variant_outcomes,
 )
-from flashprobe.reporting.digest.schema import load_digest
 
 
 def _cells(tmp_path: Path, make, cells):

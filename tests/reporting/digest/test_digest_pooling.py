@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from flashprobe.reporting.digest.loader import load_digest
 from flashprobe.reporting.digest.pooling import one_run_per_seed
-from flashprobe.reporting.digest.schema import load_digest
 
 
 def _pool(tmp_path: Path, make, *digests):

@@ -12,14 +12,15 @@ import torch
 
 from flashprobe.attribution.mechanism import signed_error
 from flashprobe.errors import FlashprobeError
+from flashprobe.reporting.digest.loader import load_digest
 from flashprobe.reporting.digest.replay import compact, parse, pooled_t
-from flashprobe.reporting.digest.schema import load_digest
 from flashprobe.store import reader as sr
+from flashprobe.store.replay_results import read_replay
 
 
 def _source_doc(store: Path) -> dict:
     (cell,) = [c for c in sr.read_cells(store) if c.variant == "touchy"]
-    doc = sr.read_replay(cell)
+    doc = read_replay(cell)
     assert doc is not None
     return doc
 

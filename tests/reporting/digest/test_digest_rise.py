@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from flashprobe.errors import FlashprobeError
+from flashprobe.reporting.digest.loader import load_digest
 from flashprobe.reporting.digest.rise import RiseRule, rise, rises, trajectories
-from flashprobe.reporting.digest.schema import load_digest
 
 # W_Q per layer at steps 0, 100, ..., 600: layer 2 doubles first (at 300), layer 0 at 500
 # (after the divergence at 450), layer 1 never.

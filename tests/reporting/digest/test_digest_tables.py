@@ -35,12 +35,13 @@ def _shown(cell: str) -> float | None:
 def test_the_replay_section_shows_the_replay_json(replayed_store: Path, tmp_path: Path) -> None:
     from flashprobe.reporting.digest.replay import pooled_t
     from flashprobe.store import reader as sr
+    from flashprobe.store.replay_results import read_replay
 
     out = tmp_path / "replayed.json"
     write_digest(replayed_store, out)
     (report,) = build_digest_reports(load_digests([out]), reference="touchy")
     (cell,) = [c for c in sr.read_cells(replayed_store) if c.variant == "touchy"]
-    doc = sr.read_replay(cell)
+    doc = read_replay(cell)
     diverged = cell.summary["diverged_step"]
     assert [c.label for c in report.replayed] == ["touchy seed 0"]
     text = render_digest_reports([report], "markdown")

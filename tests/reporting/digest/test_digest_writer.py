@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 
 from flashprobe.errors import FlashprobeError
+from flashprobe.reporting.digest.loader import load_digest
 from flashprobe.reporting.digest.outcomes import NO_OUTCOME, NOT_DIVERGED, seed_outcome
 from flashprobe.reporting.digest.pooling import one_run_per_seed
-from flashprobe.reporting.digest.schema import load_digest
 from flashprobe.reporting.digest.writer import build_digest, thin, write_digest
 from flashprobe.store import reader as sr
+from flashprobe.store.metrics_check import store_notes
+from flashprobe.store.replay_results import read_replay
 from flashprobe.train.run_state import PHASES
 
 
@@ -183,7 +185,7 @@ def test_a_replayed_run_carries_its_replay(replayed_store: Path, tmp_path: Path)
     assert runs["paper-code", 0]["replay"] is None  # not a replay source: no replay.json
     replay = runs["touchy", 0]["replay"]
     (cell,) = [c for c in sr.read_cells(replayed_store) if c.variant == "touchy"]
-    doc = sr.read_replay(cell)
+    doc = read_replay(cell)
     assert replay["source_cell"] == doc["source_cell"] == cell.name
     assert replay["steps"] == doc["steps"] and set(replay["delta"]) == {"touchy", "paper-code"}
     # small: the compact form is a few per cent of the replay.json it comes from
@@ -228,6 +230,6 @@ def test_damaged_metrics_are_the_notes_report_gives(tiny_store: Path, tmp_path, 
     )
     said: list[str] = []
     write_digest(store, tmp_path / "d.json", note=said.append)
-    expected = sr.store_notes(sr.read_cells(store))
+    expected = store_notes(sr.read_cells(store))
     assert expected and any(cell.name in n and "corrupt line" in n for n in expected)
     assert said == expected == json.loads((tmp_path / "d.json").read_text())["notes"]

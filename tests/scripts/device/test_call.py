@@ -14,7 +14,7 @@ import yaml
 from queue_harness import DEVICE, ROOT, SCRIPT_VARIABLES, shim
 from test_queue import TINY
 
-from flashprobe.reporting.digest.schema import load_digest
+from flashprobe.reporting.digest.loader import load_digest
 
 # python3 stand-in: records its arguments and the deadline it saw; a cell named slow sleeps
 # (as a cell would train), one named broken fails.

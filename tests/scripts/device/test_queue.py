@@ -13,7 +13,7 @@ import yaml
 from queue_harness import DeviceQueue
 from tiny_suite import tiny_suite
 
-from flashprobe.reporting.digest.schema import load_digest
+from flashprobe.reporting.digest.loader import load_digest
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 TINY = tiny_suite(

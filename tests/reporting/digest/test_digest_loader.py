@@ -1,4 +1,4 @@
-"""digest.schema: the loader reads what the writer wrote, every old digest, and refuses the rest
+"""digest.loader: load_digest reads what the writer wrote, every old digest, and refuses the rest
 with one line."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from flashprobe.cli import main
 from flashprobe.errors import FlashprobeError
-from flashprobe.reporting.digest.schema import load_digest
+from flashprobe.reporting.digest.loader import load_digest
 from flashprobe.reporting.digest.writer import build_digest, write_digest
 
 RESULTS = Path(__file__).parents[3] / "docs" / "results"
