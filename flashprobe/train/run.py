@@ -8,7 +8,7 @@ A run folder holds:
   captures/          step_<t>.safetensors with Q, K, V, O, LSE, dO of the captured layers
   summary.json       the RunSummary
   interrupted.json   a run cut short (KeyboardInterrupt): its steps, wall time and time by phase
-                     so far (run_state.interrupted_record); deleted when a resumed run finishes
+                     so far (run_state.interrupted_record); deleted when the run is resumed
 
 Step t (0-based) reads the batch `BatchSampler(seed).offsets(t)` and reseeds torch from
 (seed, t, rank) (train.determinism), so resuming or branching from a checkpoint (checked by
@@ -181,6 +181,9 @@ class _Run:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         for name in ("metrics.jsonl", "data_order.jsonl"):
             truncate_jsonl(self.out_dir / name, self.state.step)
+        # A cut's record describes the run as it stopped; resumed, the run is past it (a new cut
+        # writes a new one; a failure or a kill must not leave the old one standing).
+        (self.out_dir / INTERRUPTED).unlink(missing_ok=True)
         record = {
             "config": self.config.to_dict(),
             "attention": self.model.config.describe_attention(),

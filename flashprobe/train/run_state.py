@@ -9,7 +9,7 @@ from typing import Any
 PHASES = ("train", "eval", "spectral", "checkpoint", "capture", "other")
 #: The run folder's record of a run cut short (KeyboardInterrupt: Ctrl-C, a time limit's SIGINT,
 #: a shard's SIGTERM), written as it stops: interrupted_record. Not a summary: the run is not
-#: finished, and a resumed run that finishes deletes it.
+#: finished, and a resumed run deletes it as it starts (a new cut writes a new one).
 INTERRUPTED = "interrupted.json"
 
 

@@ -182,6 +182,21 @@ def test_a_run_stopped_at_once_records_too_a_failed_one_does_not(tmp_path, make_
     assert not (tmp_path / "failed" / INTERRUPTED).exists()
 
 
+def test_a_resumed_run_drops_the_record_of_the_cut_it_resumed_from(tmp_path, make_config) -> None:
+    # The record describes the run as it stopped; a resumed run that then fails (or is killed
+    # outright) must not leave it behind, naming steps and times the run has since passed.
+    config = make_config(train={"checkpoint_every": 5})
+    with pytest.raises(KeyboardInterrupt):
+        train_run(config, tmp_path / "run", progress=sigint_during(6))
+    assert json.loads((tmp_path / "run" / INTERRUPTED).read_text())["steps_done"] == 7
+    with pytest.raises(Interrupted):
+        train_run(config, tmp_path / "run", resume=True, progress=interrupt_after(9))
+    assert not (tmp_path / "run" / INTERRUPTED).exists()
+    with pytest.raises(KeyboardInterrupt):  # cut again: a fresh record of the whole run so far
+        train_run(config, tmp_path / "run", resume=True, progress=sigint_during(8))
+    assert json.loads((tmp_path / "run" / INTERRUPTED).read_text())["steps_done"] == 9
+
+
 def test_resume_can_extend_a_finished_run(tmp_path, make_config) -> None:
     constant = {"kind": "constant"}
     train_run(make_config(schedule=constant), tmp_path / "whole")
