@@ -120,6 +120,31 @@ def test_zero_matrices_give_zero_and_batches_keep_their_shape() -> None:
     assert abs(out[1, 2] / _reference(mats[1, 2]) - 1) <= RTOL
 
 
+def test_the_column_of_largest_norm_is_taken_not_a_fixed_one() -> None:
+    # σ₁'s singular vector avoids coordinate 0 (the first column of G^N holds only σ₂ there):
+    # the bound rests on taking the column of largest norm.
+    gen = torch.Generator().manual_seed(0)
+    w = torch.zeros(2, 64, 96, dtype=torch.float64)
+    w[:, 2:, 2:] = 0.01 * torch.randn(2, 62, 94, generator=gen, dtype=torch.float64)
+    w[:, 0, 0], w[:, 1, 1] = 0.5, 1.0
+    assert _relative_error(w).max() <= RTOL
+    assert _relative_error(w.mT).max() <= RTOL  # tall: the Gram matrix of the smaller side
+
+
+@pytest.mark.parametrize("scale", [1e-200, 1e-30, 1e30, 1e200])
+def test_any_scale_is_safe(scale) -> None:
+    # G = W Wᵀ of these would over- or underflow fp64 without the scaling to a largest entry 1.
+    mats = torch.stack([_rank_one(0)[:, :96], _random(0)[:64, :96]]).double() * scale
+    assert _relative_error(mats).max() <= RTOL
+
+
+def test_non_finite_weights_give_nan_not_an_error() -> None:
+    mats = torch.stack([_rank_one(0), _rank_one(1), _rank_one(2)]).double()
+    mats[0, 3, 5], mats[1, 0, 0] = math.nan, math.inf
+    out = largest_singular_values(mats)
+    assert out[:2].isnan().all() and abs(out[2] / _reference(mats[2]) - 1) <= RTOL
+
+
 @pytest.mark.parametrize("kv_heads", [None, 2])
 def test_spectral_norms_per_layer_and_head_match_an_fp64_svd(kv_heads) -> None:
     torch.manual_seed(0)
