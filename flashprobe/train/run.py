@@ -243,7 +243,9 @@ class _Run:
             if self.dist.is_main:
                 self.state.wall_time_s = time.perf_counter() - wall_start
                 record = json_io.dumps(interrupted_record(self.state), indent=1) + "\n"
-                write_text_atomic(self.out_dir / INTERRUPTED, record)
+                # A record that cannot be written (disk full) must not replace the interrupt.
+                with contextlib.suppress(OSError):
+                    write_text_atomic(self.out_dir / INTERRUPTED, record)
             raise
         finally:
             for log in (metrics_log, data_log):

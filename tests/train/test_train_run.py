@@ -197,6 +197,24 @@ def test_a_resumed_run_drops_the_record_of_the_cut_it_resumed_from(tmp_path, mak
     assert json.loads((tmp_path / "run" / INTERRUPTED).read_text())["steps_done"] == 9
 
 
+def test_a_record_that_cannot_be_written_does_not_replace_the_interrupt(
+    tmp_path, make_config, monkeypatch
+) -> None:
+    write = run_module.write_text_atomic
+
+    def disk_full(path, text):  # the interrupt record only: the checkpoint is still written
+        if path.name == INTERRUPTED:
+            raise OSError(28, "No space left on device")
+        return write(path, text)
+
+    monkeypatch.setattr(run_module, "write_text_atomic", disk_full)
+    with pytest.raises(KeyboardInterrupt):
+        train_run(make_config(train={"checkpoint_every": 5}), tmp_path / "run",
+                  progress=sigint_during(6))  # fmt: skip
+    assert not (tmp_path / "run" / INTERRUPTED).exists()
+    assert read_checkpoint(tmp_path / "run").step == 7
+
+
 def test_resume_can_extend_a_finished_run(tmp_path, make_config) -> None:
     constant = {"kind": "constant"}
     train_run(make_config(schedule=constant), tmp_path / "whole")
