@@ -217,9 +217,10 @@ def _missing(
     cells: Sequence[sr.CellView], docs: Sequence[Mapping[str, Any]], suite: str
 ) -> list[str]:
     out = []
-    unfinished = [c.name for c in cells if not c.finished]
+    unfinished = [c for c in cells if not c.finished]
     if unfinished:
-        shown = ", ".join(unfinished[:5]) + (" ..." if len(unfinished) > 5 else "")
+        shown = "; ".join(_where_stopped(c) for c in unfinished[:5])
+        shown += " ..." if len(unfinished) > 5 else ""
         out.append(f"{len(unfinished)} of {len(cells)} cells unfinished: {shown}")
     for variant in dict.fromkeys(c.variant for c in cells):
         if not any(c.finished for c in cells if c.variant == variant):
@@ -235,6 +236,18 @@ def _missing(
             if variant not in replayed:
                 out.append(f"variant {variant}: not replayed (no mechanism metrics)")
     return out
+
+
+def _where_stopped(cell: sr.CellView) -> str:
+    """An unfinished cell by variant and seed, with its last logged step, loss and gradient norm
+    (a cut pair still shows which way it was going)."""
+    name = f"{cell.variant} seed {cell.seed}"
+    last = next(reversed(sr.read_metrics(cell)), None)
+    if last is None:
+        return f"{name} (no step logged)"
+    parts = [f"{label} {last[key]:.3g}" for key, label in (("loss", "loss"),
+             ("grad_norm", "gradient norm")) if isinstance(last.get(key), int | float)]  # fmt: skip
+    return f"{name} at step {last['step']}" + (f" ({', '.join(parts)})" if parts else "")
 
 
 def _run_notes(

@@ -51,7 +51,7 @@ def test_partial_store_says_what_is_missing(tmp_path) -> None:
     root = fixtures.make_store(tmp_path, finished=False)
     (report,) = build_reports(root)
     joined = " ".join(report.missing)
-    assert "1 of 6 cells unfinished" in joined
+    assert "1 of 6 cells unfinished: block-m seed 1 at step 3 (loss 2)" in joined  # where it was
     assert "no replay results" in joined
     by = {r["variant"]: r for r in report.ranking}
     assert by["block-m"]["seeds"] == 1 and by["block-m"]["unfinished"] == 1
