@@ -256,7 +256,6 @@ class _Run:
             write_text_atomic(
                 self.out_dir / "summary.json", json_io.dumps(summary.to_dict(), indent=1) + "\n"
             )
-            (self.out_dir / INTERRUPTED).unlink(missing_ok=True)  # finished after all
         return summary
 
     def _train_step(
