@@ -245,8 +245,10 @@ def _where_stopped(cell: sr.CellView) -> str:
     last = next(reversed(sr.read_metrics(cell)), None)
     if last is None:
         return f"{name} (no step logged)"
-    parts = [f"{label} {last[key]:.3g}" for key, label in (("loss", "loss"),
-             ("grad_norm", "gradient norm")) if isinstance(last.get(key), int | float)]  # fmt: skip
+    shown = {"loss": last.get("loss"), "gradient norm": last.get("grad_norm")}
+    parts = [
+        f"{label} {value:.3g}" for label, value in shown.items() if isinstance(value, int | float)
+    ]
     return f"{name} at step {last['step']}" + (f" ({', '.join(parts)})" if parts else "")
 
 
