@@ -55,9 +55,10 @@ METHOD = (
 SIGNIFICANT = 0.05
 SAFE_NAMES = ("safe", "all-safe", "all_safe", "fp32")
 BASELINE_NAMES = ("baseline", "fa2")
-#: Config keys that never make a component (they differ by design or only record things).
-IGNORED_KEYS = ("seed", "train.seed", "metrics.capture_layers", "metrics.capture_steps",
-                "capture.max_bytes")  # fmt: skip
+#: Config keys that never make a component (they differ by design or only record things; a
+#: checkpoint's cadence changes no arithmetic of training).
+IGNORED_KEYS = ("seed", "train.seed", "train.checkpoint_every", "metrics.capture_layers",
+                "metrics.capture_steps", "capture.max_bytes")  # fmt: skip
 SPEC_PREFIX = "model.attention.spec."
 
 

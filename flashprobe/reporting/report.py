@@ -20,7 +20,7 @@ from flashprobe.attribution.failure import FailureRule, counted, failure_steps
 from flashprobe.attribution.pooling import pooled_splits
 from flashprobe.attribution.ranking import METHOD, Roles, outcomes, rank, resolve_roles
 from flashprobe.attribution.replay_summary import hot_spots, summarise
-from flashprobe.attribution.runaway import gradient_runaway, runaway_note
+from flashprobe.attribution.runaway import GradientRunaway, gradient_runaway, runaway_note
 from flashprobe.attribution.selection import Superseded, one_run_per_seed
 from flashprobe.probes.bias_result import T_SIGNIFICANT
 from flashprobe.store import reader as sr
@@ -139,7 +139,10 @@ def build_suite_report(
     if rule.event != "divergence" or rule.horizon is not None:
         notes.insert(0, f"failed (ranking): {rule.describe()}")
     notes += _run_notes(cells, superseded, known, rule)
-    notes += _runaway_notes(cells, failed_at, rule)
+    runaways = _runaways(cells, failed_at, rule)
+    notes += runaway_note(
+        (c.variant, c.seed, runaways[c.path]) for c in cells if c.path in runaways
+    )
     notes += store_notes(every_run)
     replayed_on = saved.get("baseline")
     if docs and replayed_on and replayed_on != roles.baseline:
@@ -158,7 +161,7 @@ def build_suite_report(
     return SuiteReport(
         suite=name,
         roles=roles,
-        summary=_summary_rows(cells),
+        summary=_summary_rows(cells, runaways),
         ranking=ranking,
         metrics=metrics,
         hotspots=spots[:top],
@@ -172,7 +175,11 @@ def build_suite_report(
 
 
 # -- gathering ------------------------------------------------------------------------------
-def _summary_rows(cells: Sequence[sr.CellView]) -> list[dict[str, Any]]:
+def _summary_rows(
+    cells: Sequence[sr.CellView], runaways: Mapping[Path, GradientRunaway]
+) -> list[dict[str, Any]]:
+    """One row a variant. `runaways`: the runs the rule let pass whose gradient norm ran away,
+    shown beside the rule's count (a slow blow-up short of the rule still shows in one row)."""
     rows = []
     for variant in dict.fromkeys(c.variant for c in cells):
         mine = [c for c in cells if c.variant == variant]
@@ -181,6 +188,9 @@ def _summary_rows(cells: Sequence[sr.CellView]) -> list[dict[str, Any]]:
         steps = [c.summary.get("steps_done") for c in done]  # type: ignore[union-attr]
         losses = [c.summary.get("final_loss") for c in done]  # type: ignore[union-attr]
         losses = [x for x in losses if isinstance(x, int | float) and math.isfinite(x)]
+        minima = [c.summary.get("min_loss") for c in done]  # type: ignore[union-attr]
+        minima = [x for x in minima if isinstance(x, int | float) and math.isfinite(x)]
+        ran_away = [str(runaways[c.path].step) for c in mine if c.path in runaways]
         logits, leaks = _attention_maxima(mine)
         rows.append(
             {
@@ -192,6 +202,8 @@ def _summary_rows(cells: Sequence[sr.CellView]) -> list[dict[str, Any]]:
                 "steps_done": ",".join(str(s) for s in steps) or None,
                 "diverged_steps": ",".join(_diverged_steps(div)) or None,
                 "final_loss": sum(losses) / len(losses) if losses else None,
+                "min_loss": sum(minima) / len(minima) if minima else None,
+                "ran_away": ",".join(ran_away) or None,
                 "peak_logit": max(logits, default=None),
                 "median_leak": statistics.median(leaks) if leaks else None,
             }
@@ -294,19 +306,20 @@ def _run_notes(
     return out
 
 
-def _runaway_notes(
+def _runaways(
     cells: Sequence[sr.CellView], failed_at: Mapping[Path, int | None], rule: FailureRule
-) -> list[str]:
-    """Runs that did not fail under `rule` whose gradient norm ran away (attribution.runaway)."""
-    found = []
+) -> dict[Path, GradientRunaway]:
+    """Runs that did not fail under `rule` whose gradient norm ran away (attribution.runaway),
+    by cell path."""
+    found = {}
     for cell in cells:
         if failed_at.get(cell.path) is not None:
             continue
         norms = ((r["step"], r.get("grad_norm")) for r in sr.read_metrics(cell))
         last = None if rule.horizon is None else rule.horizon - 1  # the horizon's last step
         if runaway := gradient_runaway(norms, last):
-            found.append((cell.variant, cell.seed, runaway))
-    return runaway_note(found)
+            found[cell.path] = runaway
+    return found
 
 
 def _weight(docs: Sequence[Mapping[str, Any]]) -> str | None:

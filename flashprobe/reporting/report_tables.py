@@ -59,7 +59,8 @@ _WRAPPED = {"component", "verdict", "variants", "same_split", "switch"}  # text 
 _HOT_COLS = ["layer", "head", "delta_mean", "delta_t", "delta_cumsum", "delta_coherence",
              "wq_coherence", "o_mean", "tie_events_per_row", "p_bar_ones_per_row"]  # fmt: skip
 _SUMMARY_COLS = ["variant", "cells", "finished", "seeds", "diverged", "steps_done",
-                 "diverged_steps", "final_loss", "peak_logit", "median_leak"]  # fmt: skip
+                 "diverged_steps", "ran_away", "final_loss", "min_loss", "peak_logit",
+                 "median_leak"]  # fmt: skip
 _CSV = {
     "summary": _SUMMARY_COLS,
     "pooled": ["switch", "value", "same_split", "variants", "failed", "seeds", "rest_failed",
@@ -79,7 +80,8 @@ _HEADERS = {
     "wq_rank1_share": "rank-1 share", "delta_coherence": "δ coh.", "growth_exponent": "growth k",
     "tie_events_per_row": "ties/row", "p_bar_ones_per_row": "P̄=1/row", "delta_mean": "δ mean",
     "delta_t": "t δ", "delta_cumsum": "Σ δ err", "o_mean": "O mean", "steps_done": "steps",
-    "diverged_steps": "diverged at", "final_loss": "final loss", "key_shift_leak": "K-shift leak",
+    "diverged_steps": "diverged at", "final_loss": "final loss", "min_loss": "min loss",
+    "ran_away": "grad runaway at", "key_shift_leak": "K-shift leak",
     "key_shift_drift": "K-shift drift", "peak_logit": "peak logit",
     "median_leak": "K-shift leak (median)", "softmax_sum_bias": "ΣP−1",
     "same_split": "same split as", "rest": "other variants", "adjusted_p": "p adj.",

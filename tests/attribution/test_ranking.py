@@ -124,10 +124,10 @@ def test_statistics() -> None:
     assert mean_interval([3.0]) == (3.0, None, None)
 
 
-def test_component_diff_ignores_seed_and_names_other_keys() -> None:
+def test_component_diff_ignores_seed_and_checkpoints_and_names_other_keys() -> None:
     a, b = config(block_n=None), config()
-    a["train"] = {"seed": 5, "lr": 1.0}
-    b["train"] = {"seed": 0, "lr": 2.0}
+    a["train"] = {"seed": 5, "lr": 1.0, "checkpoint_every": 0}
+    b["train"] = {"seed": 0, "lr": 2.0, "checkpoint_every": 500}
     assert component_diff(a, b) == {"block_n": None, "train.lr": 1.0}
 
 

@@ -135,3 +135,20 @@ def test_a_run_that_did_not_fail_but_ran_away_in_its_gradient_norm_is_named(
     (note,) = [n for n in report.notes if "gradient norm ran away" in n]
     assert note.endswith("fa2 seed 0: gradient norm 50 at step 32, 167× its earlier median 0.3")
     assert "paper-code seed" not in note  # no gradient norms logged: nothing to say
+    by = {row["variant"]: row for row in report.summary}
+    assert by["fa2"]["ran_away"] == "32"  # beside the rule's count, in the summary too
+    assert by["paper-code"]["ran_away"] is None
+
+
+def test_the_summary_shows_the_loss_minimum_beside_the_final_loss(tmp_path: Path) -> None:
+    """A slow blow-up short of the rule shows as a final loss far above the minimum."""
+    root = failure_fixtures.make_store(tmp_path, 30)
+    losses = {"paper-code": (1.3, 0.75), "fa2": (0.7, 0.6)}  # (final, min)
+    for cell in sr.read_cells(root):
+        if cell.summary is not None:
+            final, low = losses[cell.variant]
+            summary = {**cell.summary, "final_loss": final, "min_loss": low}
+            (cell.path / "summary.json").write_text(json.dumps(summary))
+    (report,) = build_reports(root)
+    shown = {row["variant"]: (row["final_loss"], row["min_loss"]) for row in report.summary}
+    assert shown == {**losses, "acc-fp32": (None, None)}  # acc-fp32 was cut: no summary

@@ -45,6 +45,7 @@ from flashprobe.probes.bias_result import T_SIGNIFICANT
 from flashprobe.reporting.digest.outcomes import (
     DIVERGED,
     NO_OUTCOME,
+    NOT_DIVERGED,
     Branch,
     SeedOutcome,
     variant_outcomes,
@@ -170,6 +171,7 @@ def digest_ranking(
         elif row["design"] in ("restore", "add"):
             ref = row["reference"]
             row["reading"] = reading(row, next(r for r in ranked if r["variant"] == ref), baseline)
+            row["reading"] += _runaway_remark(seeds[row["variant"]])
     for row in ranked:
         row["suite"] = found.suite if row["variant"] == baseline else suite
         if row.get("baseline_setting") is False:  # no one-component add: unranked
@@ -304,6 +306,15 @@ def _add_columns(
         change = component_diff(configs[row["variant"]], configs[roles.safe])
         from_base = component_diff(configs[row["variant"]], configs[roles.baseline])
         row["baseline_setting"] = not set(change) & set(from_base)
+
+
+def _runaway_remark(seeds: Sequence[SeedOutcome]) -> str:
+    """Seeds counted as not exploding whose gradient norm ran away anyway: said beside the count
+    (a slow blow-up short of the loss rule; the count stays the rule's)."""
+    ran = [str(s.seed) for s in seeds if s.status == NOT_DIVERGED and s.runaway is not None]
+    if not ran:
+        return ""
+    return f"; counted as not exploding but ran away in the gradient norm: seed {', '.join(ran)}"
 
 
 def reading(row: Mapping[str, Any], ref: Mapping[str, Any], baseline: str) -> str:

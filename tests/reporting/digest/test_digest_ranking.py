@@ -170,6 +170,23 @@ def test_readings_are_honest_about_three_seeds(tmp_path: Path, make) -> None:
     assert "reading" not in rows["paper-code"]
 
 
+def test_a_reading_names_the_seeds_that_ran_away_short_of_the_rule(tmp_path: Path, make) -> None:
+    quick, attr = _digests(tmp_path, make)
+    data = json.loads(attr.read_text())
+    for cell in data["cells"]:
+        if (cell["meta"]["variant"], cell["meta"]["seed"]) == ("acc-fp32", 1):
+            norms = [0.3] * 20 + [60.0]  # 200× its earlier median at step 2,500
+            cell["loss"] = [[500 + 100 * i, 1.0, g] for i, g in enumerate(norms)]
+    attr.write_text(json.dumps(data))
+    (report,) = build_digest_reports(load_digests([quick, attr]), suite="attr")
+    rows = {r["variant"]: r for r in report.ranking.rows}
+    assert rows["acc-fp32"]["failed"] == 0  # the count stays the loss rule's
+    assert rows["acc-fp32"]["reading"].endswith(
+        "; counted as not exploding but ran away in the gradient norm: seed 1"
+    )
+    assert "ran away" not in rows["pbar-fp32"]["reading"]
+
+
 def test_more_seeds_make_a_finding(make) -> None:
     from flashprobe.reporting.digest.ranking import reading
 
