@@ -38,7 +38,7 @@ declare -A names=(
   [adamw-attribution_softmax_sum_bias.png]=loss-explosion-adamw-attribution-softmax-sum-bias.png
   [adamw-controls_softmax_sum_bias.png]=loss-explosion-adamw-controls-softmax-sum-bias.png
   [quick_softmax_sum_bias.png]=loss-explosion-adamw-baseline-softmax-sum-bias.png
-  [quick_loss_grad_norm.png]=loss-explosion-adamw-quick-pair-seed5-loss.png
+  [quick_loss_grad_norm.png]=loss-explosion-adamw-quick-pair-unused-seeds-loss.png
   [quick-settings_loss_grad_norm.png]=loss-explosion-adamw-quick-settings-loss.png
 )
 for made in "$plots"/*.png; do
