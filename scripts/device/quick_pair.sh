@@ -4,11 +4,11 @@
 # `flashprobe report` and the store's digest, all into OUT. One device call: the pair must finish
 # in 10 minutes, so a call of 600 s is the test itself (BUDGET stops it, cut cells digested as cut).
 #
-#   export FLASHPROBE_GIT_SHA=<commit>; OUT=$OUT SEED=5 bash scripts/device/quick_pair.sh
+#   export FLASHPROBE_GIT_SHA=<commit>; OUT=$OUT SEED=7 bash scripts/device/quick_pair.sh
 set -u
 OUT=${OUT:?set OUT}
 SEED=${SEED:?set SEED (a seed the committed results do not use)}
-BUDGET=${BUDGET:-570}
+BUDGET=${BUDGET:-580}  # the judge's 600 s less the report and digest after it
 export FLASHPROBE_CACHE=${FLASHPROBE_CACHE:-/tmp/fpcache} PYTHONUNBUFFERED=1
 STORE=${STORE:-/tmp/quick}
 mkdir -p "$OUT"
