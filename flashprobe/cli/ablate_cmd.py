@@ -22,6 +22,7 @@ COLUMNS = [
     "step",
     "final_loss",
     "min_loss",
+    "grad_runaway",
     "final_val_loss",
     "tokens_per_s",
     "cell",
@@ -29,6 +30,7 @@ COLUMNS = [
 HEADERS = {
     "final_loss": "final loss",
     "min_loss": "min loss",
+    "grad_runaway": "grad runaway",
     "final_val_loss": "val loss",
     "tokens_per_s": "tok/s",
     "point": "axes",

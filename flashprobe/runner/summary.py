@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from flashprobe.attribution.runaway import gradient_runaway
 from flashprobe.runner.plan import PlannedCell
 from flashprobe.runner.training import CellOutcome
+from flashprobe.store.reader import METRICS_FILE, scan_metrics
+from flashprobe.store.result_store import RUN_DIR
 from flashprobe.suites.estimate import cell_tokens
 
 
@@ -41,10 +44,19 @@ def outcome_row(outcome: CellOutcome) -> dict[str, Any]:
         "step": summary.get("diverged_step") if diverged else summary.get("steps_done"),
         "final_loss": summary.get("final_loss"),
         "min_loss": summary.get("min_loss"),
+        "grad_runaway": None if diverged else _runaway_step(planned),
         "final_val_loss": summary.get("final_val_loss"),
         "tokens_per_s": _rounded(summary.get("tokens_per_s")),
         "cell": planned.path.name,
     }
+
+
+def _runaway_step(planned: PlannedCell) -> int | None:
+    """The step where a run the loss rule let pass ran away in its gradient norm
+    (attribution.runaway), from its logged metrics: a slow blow-up shows in the table too."""
+    records, _ = scan_metrics(planned.path / RUN_DIR / METRICS_FILE)
+    found = gradient_runaway((r["step"], r.get("grad_norm")) for r in records)
+    return None if found is None else found.step
 
 
 def _point(planned: PlannedCell) -> str:

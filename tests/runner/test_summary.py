@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from runner_helpers import Recorder, suite_of
 
@@ -57,3 +59,20 @@ def test_an_extended_cell_says_which_run_it_continues(tmp_path, make_suite) -> N
     row = plan_row(extended)
     assert row["action"] == f"extend {short.planned.path.name} from step 8"
     assert row["tokens"] == 4 * TOKENS_PER_STEP and row["steps"] == 12
+
+
+def test_an_outcome_row_names_a_gradient_runaway_the_loss_rule_let_pass(
+    tmp_path, make_suite
+) -> None:
+    raw = make_suite()
+    raw["variants"] = {"fa2": {}}
+    store = ResultStore(tmp_path)
+    (finished,) = run_plan(plan_suite(suite_of(raw), store, version="test"), store,
+                           version="test")  # fmt: skip
+    assert outcome_row(finished)["grad_runaway"] is None  # a tiny run: its norms stay put
+    metrics = finished.planned.path / "run" / "metrics.jsonl"
+    norms = [0.3] * 12 + [50.0]  # the 13th logged norm is 167× the median of those before it
+    metrics.write_text("".join(json.dumps({"step": 10 * i, "loss": 1.0, "grad_norm": g}) + "\n"
+                               for i, g in enumerate(norms)))  # fmt: skip
+    row = outcome_row(finished)
+    assert (row["diverged"], row["grad_runaway"]) == (False, 120)
