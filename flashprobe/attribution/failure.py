@@ -3,6 +3,7 @@
     failure: {event: divergence}                                  # the default
     failure: {event: logit-runaway, logit_limit: 1000, layers: [1]}
     failure: {event: logit-runaway, horizon: 2500}                # counted after 2,500 steps
+    failure: {event: gradient-runaway}
 
 divergence      the run's own divergence rule fired (train.divergence; summary.diverged).
 logit-runaway   a sampled max attention logit (of `layers`, default every layer, any head) went
@@ -10,6 +11,12 @@ logit-runaway   a sampled max attention logit (of `layers`, default every layer,
                 Muon the numerics decide when the logits run away long before the loss follows
                 (docs/research-log.md, "Muon at lr 1.4e-2"), so this is the event a 10-minute
                 run can see.
+gradient-runaway
+                the run diverged, or its logged gradient norm reached 100× the median of its
+                earlier ones (attribution.runaway; a branched run's own steps only). Under AdamW
+                at the GPT-2 shape some seeds blow up slowly: the gradient norm runs away and the
+                loss climbs, short of the loss rule by the horizon (docs/findings.md). Declare
+                it before the runs: chosen after seeing them, it is a forking path.
 
 A run counts once it finished, or once it failed (a run cut off after its failure has a known
 outcome; one cut off before has none). A run cut off without a summary after its divergence
@@ -32,10 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flashprobe.attribution.runaway import RUNAWAY_FACTOR, gradient_runaway
 from flashprobe.errors import FlashprobeError
 from flashprobe.store import reader as sr
 
-EVENTS = ("divergence", "logit-runaway")
+EVENTS = ("divergence", "logit-runaway", "gradient-runaway")
 KEYS = ("event", "logit_limit", "layers", "horizon")
 
 
@@ -91,12 +99,15 @@ class FailureRule:
 
     @property
     def noun(self) -> str:
-        return "divergence" if self.event == "divergence" else "logit runaway"
+        return self.event.replace("-", " ")
 
     def describe(self) -> str:
         by = "" if self.horizon is None else f" within its first {self.horizon} steps"
         if self.event == "divergence":
             return f"the run's divergence rule fired{by}"
+        if self.event == "gradient-runaway":
+            return (f"the run's divergence rule fired, or its gradient norm reached "
+                    f"{RUNAWAY_FACTOR:g}× the median of its earlier logged norms{by}")  # fmt: skip
         where = "any layer" if self.layers is None else f"layer {', '.join(map(str, self.layers))}"
         return (
             f"the max attention logit of {where} went above {self.logit_limit:g} (or was not "
@@ -112,8 +123,11 @@ class FailureRule:
         if summary and summary.get("diverged") and summary.get("diverged_step") is not None:
             diverged = int(summary["diverged_step"])
         runaway = None
-        if self.event != "divergence":
+        if self.event == "logit-runaway":
             runaway = next((int(r.get("step", 0)) for r in records if self._runs_away(r)), None)
+        elif self.event == "gradient-runaway":
+            found = gradient_runaway((int(r.get("step", 0)), r.get("grad_norm")) for r in records)
+            runaway = None if found is None else found.step
         failed = min((s for s in (diverged, runaway) if s is not None), default=None)
         return None if failed is None or (self.horizon and failed >= self.horizon) else failed
 
@@ -135,6 +149,8 @@ def failure_steps(
     cell's source is looked up among `cells` and `sources`."""
     if rule.event == "divergence":
         return {c.path: rule.step(outcome_summary(c), ()) for c in cells}
+    if rule.event == "gradient-runaway":  # a run's own norms (attribution.runaway)
+        return {c.path: rule.step(outcome_summary(c), sr.read_metrics(c)) for c in cells}
     by_key = {c.meta.get("key"): c for c in (*sources, *cells)}
     return {cell.path: rule.step(outcome_summary(cell), _history(cell, by_key)) for cell in cells}
 

@@ -46,7 +46,9 @@ def report_command(
         None,
         "--failure",
         help="What the ranking counts as a failed run: divergence (the run's divergence rule) "
-        "or logit-runaway (a max attention logit above --logit-limit, or a divergence first). "
+        "or logit-runaway (a max attention logit above --logit-limit, or a divergence first) "
+        "or gradient-runaway (the gradient norm at 100× its earlier median, or a divergence "
+        "first). "
         "Default: the suite's failure: section, else divergence.",
     ),
     logit_limit: float | None = typer.Option(

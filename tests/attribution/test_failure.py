@@ -1,4 +1,5 @@
-"""Failure rules: divergence and logit runaway, on records and on a store with a branched cell."""
+"""Failure rules: divergence, logit and gradient runaway, on records and on a store with a
+branched cell."""
 
 from __future__ import annotations
 
@@ -45,6 +46,40 @@ def test_runaway_is_the_first_sample_over_the_limit_or_not_finite() -> None:
     # a divergence before the runaway is the failure; after it, the runaway is
     assert RUNAWAY.step({"diverged": True, "diverged_step": 15}, records) == 15
     assert RUNAWAY.step({"diverged": True, "diverged_step": 25}, records) == 20
+
+
+def norms(*values: float, start: int = 0) -> list[dict[str, Any]]:
+    """Metrics records with these gradient norms, every 10 steps from `start`."""
+    return [{"step": start + 10 * i, "loss": 1.0, "grad_norm": g} for i, g in enumerate(values)]
+
+
+def test_gradient_runaway_is_the_first_norm_at_100x_its_earlier_median_or_a_divergence() -> None:
+    rule = FailureRule.from_suite({"event": "gradient-runaway"})
+    records = norms(*[0.3] * 12, 29.0, 31.0)  # 29 < 100 × 0.3 ≤ 31
+    assert rule.step(None, records) == 130
+    assert rule.step(None, records[:13]) is None
+    assert rule.step({"diverged": True, "diverged_step": 50}, records) == 50
+    assert rule.step({"diverged": True, "diverged_step": 200}, records) == 130
+    assert FailureRule().step(None, records) is None  # the loss rule alone does not see it
+    assert dataclasses.replace(rule, horizon=130).step(None, records) is None
+    assert rule.noun == "gradient runaway" and "100×" in rule.describe()
+
+
+def test_a_gradient_runaway_on_a_store_counts_a_branched_cells_own_norms(tmp_path: Path) -> None:
+    root = make_store(tmp_path, 30)
+    cells = {c.variant: c for c in sr.read_cells(root)}
+    # the source's larger early norms would raise fa2's median: its own steps decide (runaway.py)
+    (cells["paper-code"].run_dir / "metrics.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in norms(*[5.0] * 4))
+    )
+    (cells["fa2"].run_dir / "metrics.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in norms(*[0.3] * 12, 40.0, start=20))
+    )
+    rule = FailureRule("gradient-runaway")
+    failed = failure_steps(list(cells.values()), rule)
+    assert failed[cells["fa2"].path] == 140
+    assert failed[cells["paper-code"].path] is None
+    assert failure_steps(list(cells.values()), FailureRule())[cells["fa2"].path] is None
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from flashprobe.store import reader as sr
+
 _spec = importlib.util.spec_from_file_location(
     "replay_fixtures", Path(__file__).parents[1] / "attribution" / "test_replay.py"
 )
@@ -185,6 +187,27 @@ def test_report_with_a_logit_runaway_rule(run_cli, tmp_path) -> None:
     assert "1/1" not in at_20.out and "0/1" in at_20.out
     beyond = run_cli("report", str(root), "--failure", "logit-runaway", "--failure-layer", "9")
     assert beyond.code == 2 and "failure.layers: layer 9 out of range 0..1" in beyond.err
+
+
+def test_report_with_a_gradient_runaway_rule(run_cli, tmp_path) -> None:
+    spec = importlib.util.spec_from_file_location(
+        "failure_fixtures", Path(__file__).parents[1] / "attribution" / "test_failure.py"
+    )
+    failure = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(failure)  # type: ignore[union-attr]
+    root = failure.make_store(tmp_path, 30)
+    (fa2,) = [c for c in sr.read_cells(root) if c.variant == "fa2"]
+    rows = failure.norms(*[0.3] * 12, 40.0, start=20)
+    (fa2.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plain = run_cli("report", str(root), "--wide")
+    assert plain.code == 0, plain.err
+    assert "gradient norm ran away" in plain.out  # a note under the loss rule, no count
+    result = run_cli("report", str(root), "--failure", "gradient-runaway", "--wide")
+    assert result.code == 0, result.err
+    assert "failed (ranking): the run's divergence rule fired, or its gradient norm" in result.out
+    assert "gradient norm ran away" not in result.out  # now a failure, not a note
+    limit = run_cli("report", str(root), "--failure", "gradient-runaway", "--logit-limit", "5")
+    assert limit.code == 2 and "applies to --failure logit-runaway only" in limit.err
 
 
 def test_report_fits_100_columns_unless_wide(run_cli, tmp_path) -> None:
