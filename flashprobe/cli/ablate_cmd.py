@@ -83,15 +83,15 @@ def ablate_command(
         help="When stderr is not a terminal (a log file): a progress line every N steps with "
         "the cell's and the suite's ETA (default: about ten per cell; 0: one line per cell).",
     ),
-    jobs: int = typer.Option(
-        1,
+    jobs: int | None = typer.Option(
+        None,
         "--jobs",
         "-j",
         min=1,
         metavar="N",
         help="Train in N processes side by side (each runs --shard k/N; logs in "
         "STORE/<suite>/logs/), then summarise and replay as usual: small models share one "
-        "big GPU better.",
+        "big GPU better. Default: the suite's jobs: (quick.yaml: 2), else 1.",
     ),
     shard: str | None = typer.Option(
         None,

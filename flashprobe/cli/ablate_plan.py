@@ -54,6 +54,9 @@ def estimate_lines(planned: SuitePlan, *, problems: bool = True) -> list[str]:
         if not any(t.matches(device) for t in known):
             times.append(f"no throughput measured for this machine ({device})")
         lines.append("Time: " + "; ".join(times) + ".")
+        if planned.jobs > 1:
+            lines.append(f"Trains in {planned.jobs} processes side by side (--jobs, or the "
+                         "suite's jobs:).")  # fmt: skip
     if problems and planned.problems:
         lines.append("Not checked here (only the machine that runs the suite can):")
         lines += [f"- {p}" for p in planned.problems]

@@ -35,9 +35,12 @@ Suite YAML schema (expansion: suites.suite; cell config: suites.cell_config):
       backend: auto                 # components, variants, sources, backend); false: no replay
     failure: {event: logit-runaway, logit_limit: 1000}   # optional: what the ranking counts as
                                     # a failed run (attribution.failure; default: divergence;
+                                    # gradient-runaway: a divergence or the gradient at 100×;
                                     # also layers, and horizon: the step outcomes are read at)
     throughput:                     # optional: measured speeds, for the estimates of --dry-run
       - {device: NVIDIA H200, jobs: 9, tokens_per_s: 95000}   # and `flashprobe suites`
+    jobs: 2                         # optional: processes side by side when ablate has no
+                                    # --jobs (default 1; not passed on by inherit:)
 
 Every unknown key or impossible value in any cell is rejected before anything runs or is
 written (`prepare_suite`); a dry run leaves out what only the target machine can check and

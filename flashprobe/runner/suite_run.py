@@ -63,7 +63,7 @@ class SuiteRequest:
     resume: bool = False
     restart: bool = False
     replay: bool = True  # run the suite's replay: section after training
-    jobs: int = 1  # train in this many shard processes
+    jobs: int | None = None  # train in this many shard processes (None: the suite's `jobs:`)
     shard: str | None = None  # "K/N": only this shard
 
 
@@ -78,6 +78,7 @@ class SuitePlan:
     cells: list[PlannedCell]
     replay: ReplaySettings | None  # None: no replay: section, --no-replay, or a shard
     problems: tuple[str, ...] = ()  # dry run: what only the target machine can check
+    jobs: int = 1  # shard processes to train in: --jobs, else the suite's (1 in a shard)
 
     def rows(self) -> list[dict[str, Any]]:
         """One row per cell: its action, branch, steps and the tokens it would train."""
@@ -129,11 +130,13 @@ def plan_run(request: SuiteRequest, *, dry_run: bool = False, say: Say | None = 
     dry_run: what only the target machine can check (a CUDA GPU, the data folder, a pysource
     corpus not built yet) is listed in `problems` instead of refused."""
     say = say or _quiet
-    check_jobs(request.jobs)
+    if request.jobs is not None:
+        check_jobs(request.jobs)
     part = parse_shard(request.shard) if request.shard is not None else None
-    if part is not None and request.jobs > 1:
+    if part is not None and (request.jobs or 1) > 1:
         raise FlashprobeError("--jobs starts its own shards; give --shard or --jobs, not both")
     full = prepare_suite(request.config, request.overrides, check_machine=not dry_run)
+    jobs = _jobs(request.jobs, full.jobs, in_shard=part is not None)
     settings = replay_settings(full, check_machine=not dry_run) if request.replay else None
     suite = select_variants(full, request.variants)
     if part is not None:
@@ -151,14 +154,25 @@ def plan_run(request: SuiteRequest, *, dry_run: bool = False, say: Say | None = 
     to_train = any(p.action not in ("skip", "busy") for p in cells)
     unchecked = check_data(full.cells, build=not dry_run) if to_train else []
     problems = tuple(machine_problems(suite, full if settings else None)) if dry_run else ()
-    return SuitePlan(full, suite, store, version, cells, settings, (*problems, *unchecked))
+    return SuitePlan(full, suite, store, version, cells, settings, (*problems, *unchecked), jobs)
+
+
+def _jobs(asked: int | None, declared: int, *, in_shard: bool) -> int:
+    """--jobs when given; else the suite's `jobs:`, except in a shard process (it is one of them)
+    and under torchrun (which has its own processes)."""
+    if asked is not None:
+        return asked
+    if in_shard or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return 1
+    return declared
 
 
 def run_suite(
     request: SuiteRequest, *, events: SuiteEvents | None = None, say: Say | None = None
 ) -> SuiteRun | None:
     """Run a suite into its store: plan it, write suite.json, train the cells (here, or in
-    `request.jobs` shard processes whose cells are then read back), then replay what finished.
+    shard processes whose cells are then read back: --jobs, else the suite's `jobs:`), then
+    replay what finished.
 
     events: progress of the training and replay in this process; say: one-line notes (shard
     processes starting and ending). Raises RunStopped on Ctrl-C or a failed shard process,
@@ -170,9 +184,9 @@ def run_suite(
     main_rank = int(os.environ.get("RANK", "0")) == 0
     if main_rank:
         write_suite_definition(store, planned.full, request.overrides)
-    trained = [p.path for p in plan if p.action != "skip"] if request.jobs > 1 else []
+    trained = [p.path for p in plan if p.action != "skip"] if planned.jobs > 1 else []
     if trained:  # the shard processes train; then this one reads their cells back
-        _train_in_shards(request, plan, store, suite.name, say)
+        _train_in_shards(request, planned.jobs, plan, store, suite.name, say)
         plan = _plan(request, suite, store, version)
         left = [p for p in plan if p.action != "skip"]
         if left:  # the suite file or the code version (git commit) changed meanwhile
@@ -209,12 +223,13 @@ def _plan(
 
 def _train_in_shards(
     request: SuiteRequest,
+    jobs: int,
     plan: Sequence[PlannedCell],
     store: ResultStore,
     suite: str,
     say: Say,
 ) -> None:
-    """Train the plan in `request.jobs` shard processes; RunStopped if one failed or on Ctrl-C."""
+    """Train the plan in `jobs` shard processes; RunStopped if one failed or on Ctrl-C."""
     command = functools.partial(
         child_command,
         config=request.config,
@@ -224,7 +239,7 @@ def _train_in_shards(
         resume=request.resume,
         restart=request.restart,
     )
-    shards = plan_shards(plan, request.jobs, store_root=store.root, suite=suite, command=command)
+    shards = plan_shards(plan, jobs, store_root=store.root, suite=suite, command=command)
     if any(p.action != "skip" and _on_gpu(p) for p in plan):
         shards = spread_over_gpus(shards, visible_gpus())
     try:

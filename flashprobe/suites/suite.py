@@ -43,7 +43,9 @@ from flashprobe.suites.bundled import find_suite
 from flashprobe.yaml_io import read_yaml
 
 SUITE_KEYS = ("name", "description", "seeds", "base", "variants", "axes", "branch", "replay",
-              "failure", "throughput")  # fmt: skip
+              "failure", "throughput", "jobs")  # fmt: skip
+#: Keys of how one file is run, not what it trains: `inherit:` never passes them on.
+NOT_INHERITED = ("name", "description", "jobs")
 BRANCH_KEYS = ("from", "step")
 #: Suite and variant names become folder names in the result store (STORE/<suite>/
 #: <variant>--<key>): used verbatim, so two names never share a folder, and never a path.
@@ -83,6 +85,8 @@ class Suite:
     description: str
     cells: tuple[Cell, ...]
     raw: Mapping[str, Any] = field(repr=False, default_factory=dict)
+    #: processes to train in side by side when `ablate` is given no --jobs (`jobs:`, default 1)
+    jobs: int = 1
 
     def variants(self) -> list[str]:
         return list(dict.fromkeys(c.variant for c in self.cells))
@@ -106,8 +110,8 @@ def load_suite(
 def read_suite(path: Path, _children: tuple[Path, ...] = ()) -> dict[str, Any]:
     """A suite file's mapping, with `inherit: OTHER.yaml` (a path relative to this file) resolved:
     the other suite's keys, then this file's on top; `base` merges key by key, every other key
-    (variants, seeds, branch, ...) replaces the inherited one; name and description are never
-    inherited."""
+    (variants, seeds, branch, ...) replaces the inherited one; name, description and jobs are
+    never inherited."""
     raw = read_yaml(path, "suite")
     if not isinstance(raw, Mapping):
         got = "an empty file" if raw is None else type(raw).__name__
@@ -124,7 +128,7 @@ def read_suite(path: Path, _children: tuple[Path, ...] = ()) -> dict[str, Any]:
     if parent_path in (*_children, path.resolve()):
         raise FlashprobeError(f"{path}: inherit forms a cycle through {parent_path}")
     inherited = read_suite(parent_path, (*_children, path.resolve()))
-    merged = {k: v for k, v in inherited.items() if k not in ("name", "description")}
+    merged = {k: v for k, v in inherited.items() if k not in NOT_INHERITED}
     for key, value in raw.items():
         if key == "base" and isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
             merged[key] = deep_merge(merged[key], value)
@@ -226,6 +230,7 @@ def expand_suite(
         description=_description(raw.get("description")),
         cells=tuple(cells),
         raw=dict(raw),
+        jobs=_jobs(raw.get("jobs", 1)),
     )
 
 
@@ -391,6 +396,12 @@ def _seeds(value: Any) -> list[int]:
     if len(set(seeds)) != len(seeds):
         raise FlashprobeError(f"seeds repeat: {seeds}")
     return seeds
+
+
+def _jobs(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise FlashprobeError(f"jobs must be an integer >= 1, got {value!r}")
+    return value
 
 
 def _description(value: Any) -> str:

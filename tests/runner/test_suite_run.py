@@ -109,6 +109,18 @@ def test_a_shard_plans_its_cells_and_does_not_replay(tmp_path, make_suite) -> No
         plan_run(SuiteRequest(request.config, shard="0/2", jobs=2))
 
 
+def test_the_suites_jobs_apply_unless_jobs_or_a_shard_or_torchrun_say_otherwise(
+    tmp_path, make_suite, monkeypatch
+) -> None:
+    config = write(tmp_path, {**make_suite(), "jobs": 2})
+    assert plan_run(SuiteRequest(config, store=tmp_path / "s")).jobs == 2
+    assert plan_run(SuiteRequest(config, store=tmp_path / "s", jobs=1)).jobs == 1
+    assert plan_run(SuiteRequest(config, store=tmp_path / "s", jobs=3)).jobs == 3
+    assert plan_run(SuiteRequest(config, store=tmp_path / "s", shard="0/2")).jobs == 1
+    monkeypatch.setenv("WORLD_SIZE", "2")  # torchrun has its own processes
+    assert plan_run(SuiteRequest(config, store=tmp_path / "s")).jobs == 1
+
+
 def test_ctrl_c_stops_the_run_with_exit_code_130(tmp_path, make_suite) -> None:
     request = SuiteRequest(write(tmp_path, make_suite()), store=tmp_path / "store")
     events = Events(at=6)
@@ -154,3 +166,16 @@ def test_jobs_spread_over_gpus_only_for_cells_that_train_on_one(
         with pytest.raises(RunStopped, match="left 2 of 2 cells unfinished"):
             run_suite(request)  # the stand-in run_shards trained nothing
         assert seen.pop() == expected
+
+
+def test_a_suite_that_declares_jobs_trains_in_that_many_processes(
+    tmp_path, make_suite, monkeypatch
+) -> None:
+    from flashprobe.runner import suite_run
+
+    seen: list[int] = []
+    monkeypatch.setattr(suite_run, "run_shards", lambda shards, say: seen.append(len(shards)) or [])
+    request = SuiteRequest(write(tmp_path, {**make_suite(), "jobs": 2}), store=tmp_path / "s")
+    with pytest.raises(RunStopped, match="left 2 of 2 cells unfinished"):
+        run_suite(request)  # the stand-in run_shards trained nothing
+    assert seen == [2]

@@ -182,6 +182,17 @@ def test_inherit_merges_base_and_replaces_the_rest(tmp_path) -> None:
     assert "inherit" not in suite.raw
 
 
+def test_jobs_is_the_files_own_and_checked(tmp_path) -> None:
+    (tmp_path / "parent.yaml").write_text("jobs: 2\nbase: {}\n")
+    (tmp_path / "child.yaml").write_text("inherit: parent.yaml\n")
+    assert load_suite(tmp_path / "parent.yaml").jobs == 2
+    assert load_suite(tmp_path / "child.yaml").jobs == 1  # how a file runs is not inherited
+    for bad in ("0", "true", "2.5", "'2'"):
+        (tmp_path / "bad.yaml").write_text(f"jobs: {bad}\nbase: {{}}\n")
+        with pytest.raises(FlashprobeError, match="jobs must be an integer >= 1"):
+            load_suite(tmp_path / "bad.yaml")
+
+
 @pytest.mark.parametrize(
     ("text", "needle"),
     [
