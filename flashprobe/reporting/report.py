@@ -143,6 +143,11 @@ def build_suite_report(
     notes += runaway_note(
         (c.variant, c.seed, runaways[c.path]) for c in cells if c.path in runaways
     )
+    if rule.event != "divergence":  # the summary's column sits beside its loss-rule count
+        loss_rule = FailureRule(horizon=rule.horizon)
+        beside = _runaways(cells, failure_steps(cells, loss_rule), loss_rule)
+    else:
+        beside = runaways
     notes += store_notes(every_run)
     replayed_on = saved.get("baseline")
     if docs and replayed_on and replayed_on != roles.baseline:
@@ -161,7 +166,7 @@ def build_suite_report(
     return SuiteReport(
         suite=name,
         roles=roles,
-        summary=_summary_rows(cells, runaways),
+        summary=_summary_rows(cells, beside),
         ranking=ranking,
         metrics=metrics,
         hotspots=spots[:top],
@@ -178,8 +183,9 @@ def build_suite_report(
 def _summary_rows(
     cells: Sequence[sr.CellView], runaways: Mapping[Path, GradientRunaway]
 ) -> list[dict[str, Any]]:
-    """One row a variant. `runaways`: the runs the rule let pass whose gradient norm ran away,
-    shown beside the rule's count (a slow blow-up short of the rule still shows in one row)."""
+    """One row a variant. `runaways`: the runs the loss rule let pass whose gradient norm ran
+    away, shown beside its `diverged` count (a slow blow-up short of the rule still shows in
+    one row, whatever the ranking's failure rule)."""
     rows = []
     for variant in dict.fromkeys(c.variant for c in cells):
         mine = [c for c in cells if c.variant == variant]

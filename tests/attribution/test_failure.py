@@ -68,13 +68,13 @@ def test_gradient_runaway_is_the_first_norm_at_100x_its_earlier_median_or_a_dive
 def test_a_gradient_runaway_on_a_store_counts_a_branched_cells_own_norms(tmp_path: Path) -> None:
     root = make_store(tmp_path, 30)
     cells = {c.variant: c for c in sr.read_cells(root)}
-    # the source's larger early norms would raise fa2's median: its own steps decide (runaway.py)
+    # the source's 2 norms before the branch (steps 0, 10) would complete fa2's history of 10
+    # by its step 100: with them it runs away there; its own steps decide (runaway.py): 140
     (cells["paper-code"].run_dir / "metrics.jsonl").write_text(
-        "".join(json.dumps(r) + "\n" for r in norms(*[5.0] * 4))
+        "".join(json.dumps(r) + "\n" for r in norms(*[0.3] * 4))
     )
-    (cells["fa2"].run_dir / "metrics.jsonl").write_text(
-        "".join(json.dumps(r) + "\n" for r in norms(*[0.3] * 12, 40.0, start=20))
-    )
+    own = norms(*[0.3] * 8, 40.0, *[0.3] * 3, 40.0, start=20)  # 40 at steps 100 and 140
+    (cells["fa2"].run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in own))
     rule = FailureRule("gradient-runaway")
     failed = failure_steps(list(cells.values()), rule)
     assert failed[cells["fa2"].path] == 140

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from flashprobe.attribution.failure import FailureRule
 from flashprobe.attribution.replay import replay_cells
 from flashprobe.attribution.replay_settings import ReplaySettings
 from flashprobe.reporting.report import build_reports
@@ -138,6 +139,12 @@ def test_a_run_that_did_not_fail_but_ran_away_in_its_gradient_norm_is_named(
     by = {row["variant"]: row for row in report.summary}
     assert by["fa2"]["ran_away"] == "32"  # beside the rule's count, in the summary too
     assert by["paper-code"]["ran_away"] is None
+    # the summary's column sits beside its `diverged` count, the loss rule's: a ranking rule
+    # that counts the runaway as a failure drops the note, not the column
+    (counted,) = build_reports(root, failure=FailureRule("gradient-runaway"))
+    assert not [n for n in counted.notes if "gradient norm ran away" in n]
+    by = {row["variant"]: row for row in counted.summary}
+    assert (by["fa2"]["diverged"], by["fa2"]["ran_away"]) == (0, "32")
 
 
 def test_the_summary_shows_the_loss_minimum_beside_the_final_loss(tmp_path: Path) -> None:
