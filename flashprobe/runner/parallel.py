@@ -82,6 +82,8 @@ class ShardResult:
 
 def check_jobs(jobs: int) -> None:
     """--jobs N > 1 starts its own processes: not under torchrun, which already has several."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise FlashprobeError(f"--jobs must be an integer >= 1, got {jobs!r}")
     if jobs > 1 and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise FlashprobeError(
             "--jobs does not combine with torchrun (WORLD_SIZE > 1): use --jobs 1 there, or "

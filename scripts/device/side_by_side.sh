@@ -20,7 +20,8 @@ mkdir -p "$OUT"
 for cell in $CELLS; do
   name=${cell%%:*}-${cell##*:}
   timeout -s INT "$BUDGET" python3 -m flashprobe ablate -c "$SUITE" --variant "${cell%%:*}" \
-    --set "seeds=[${cell##*:}]" "$@" --no-replay --store "$STORES/$name" >"$OUT/$name.log" 2>&1 &
+    --set "seeds=[${cell##*:}]" --jobs 1 "$@" --no-replay --store "$STORES/$name" \
+    >"$OUT/$name.log" 2>&1 &
 done
 wait
 echo "side_by_side.sh: cells done or stopped after $SECONDS s"

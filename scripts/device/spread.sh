@@ -33,7 +33,7 @@ for gpu in $(seq 0 $((GPUS - 1))); do
       if [ $((i % GPUS)) -eq "$gpu" ]; then
         CUDA_VISIBLE_DEVICES=$gpu bash "$HERE/before_deadline.sh" "${CELL_SECONDS:-345}" \
           python3 -m flashprobe ablate -c "$SUITE" --variant "${cell%%:*}" \
-          --set "seeds=[${cell##*:}]" "$@" --no-replay --store "${STORE:-/tmp/adamw}" || failed=1
+          --set "seeds=[${cell##*:}]" --jobs 1 "$@" --no-replay --store "${STORE:-/tmp/adamw}" || failed=1
       fi
       i=$((i + 1))
     done

@@ -254,3 +254,9 @@ def test_a_shard_watches_its_parent_where_no_death_signal_is_armed(tmp_path) -> 
         middle.wait()
     assert _wait_gone(child, 10), f"process {child} outlived its parent"
     assert ready.read_text() == "stopped", log.read_text()
+
+
+@pytest.mark.parametrize("jobs", [0, -1, True, 2.0])
+def test_jobs_must_be_a_count(jobs) -> None:
+    with pytest.raises(FlashprobeError, match="--jobs must be an integer >= 1"):
+        check_jobs(jobs)
