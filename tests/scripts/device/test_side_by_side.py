@@ -39,6 +39,7 @@ def test_each_cell_trains_in_its_own_store_then_each_store_is_digested(tmp_path:
         ("paper-code-lr-3e-3", str(tmp_path / "stores" / "paper-code-lr-3e-3-1")),
     ]
     assert all("seeds=[" in " ".join(c[1:]) and "x=1" in c and "--no-replay" in c for c in ablates)
+    assert all(c[c.index("--jobs") + 1] == "1" for c in ablates)  # not the suite's jobs:
     digests = [c for c in calls if c[3] == "digest"]
     assert sorted(c[5] for c in digests) == [
         str(tmp_path / "out" / "fa2-lr-3e-3-5.json"),

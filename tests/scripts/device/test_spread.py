@@ -55,6 +55,8 @@ def test_one_gpu_trains_the_cells_in_order(tmp_path: Path) -> None:
     code, calls = spread(tmp_path, 1, "fa2:3 fa2:1 paper-code:2")
     assert code == 0 and [c[0] for c in calls] == ["0"] * 3
     assert [cell_of(c) for c in calls] == ["fa2:3", "fa2:1", "paper-code:2"]
+    # one process a cell, whatever the suite's jobs: (quick.yaml says 2)
+    assert all(c[c.index("--jobs") + 1] == "1" for c in calls)
 
 
 def test_a_failed_cell_fails_the_call_and_the_others_run(tmp_path: Path) -> None:
