@@ -1,6 +1,7 @@
 """`flashprobe report --plot DIR`: PNG figures of a suite (matplotlib: the optional `plot` extra).
 
-- <suite>_loss.png: training loss per variant and seed, × at the divergence step
+- <suite>_loss.png: training loss per variant and seed, × at the divergence step; under it the
+  gradient norm, ○ where it ran away (attribution.runaway)
 - <suite>_spectral.png: W_Q / W_K spectral norm per layer over steps (mean over seeds)
 - <suite>_delta_cumsum.png: running sum over captured steps of the δ error (paper Fig. 5a), per
   variant, at the baseline's hottest layer and head
@@ -19,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from flashprobe.attribution.runaway import RUNAWAY_FACTOR, gradient_runaway
 from flashprobe.errors import FlashprobeError
 from flashprobe.store import reader as sr
 
@@ -50,24 +52,30 @@ def write_plots(report: Any, out_dir: Path) -> list[Path]:
     prefix = out_dir / report.suite
     written = []
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    # The loss, and under it the gradient norm: a slow blow-up short of the loss rule shows there.
+    fig, (ax, grad_ax) = plt.subplots(2, 1, figsize=(7, 6.5), sharex=True)
     for cell in sorted(cells, key=lambda c: (rank[c.variant], c.seed)):
+        style = {"color": colours[cell.variant], "linestyle": styles[cell.seed], "lw": 1,
+                 "alpha": 0.8, "label": f"{cell.variant} s{cell.seed}"}  # fmt: skip
         recs = [r for r in metrics[cell.name] if r.get("loss") is not None]
-        _line(
-            ax,
-            [r["step"] for r in recs],
-            [r["loss"] for r in recs],
-            color=colours[cell.variant],
-            linestyle=styles[cell.seed],
-            lw=1,
-            alpha=0.8,
-            label=f"{cell.variant} s{cell.seed}",
-        )
+        _line(ax, [r["step"] for r in recs], [r["loss"] for r in recs], **style)
         step = (cell.summary or {}).get("diverged_step")
         hit = [r["loss"] for r in recs if r["step"] == step]
         if step is not None and hit:
             ax.plot([step], hit, "x", color=colours[cell.variant], ms=9, mew=2)
+        norms = [(r["step"], r["grad_norm"]) for r in metrics[cell.name]
+                 if isinstance(r.get("grad_norm"), int | float) and r["grad_norm"] > 0]  # fmt: skip
+        if norms:
+            _line(grad_ax, *zip(*norms, strict=True), **style)
+        if runaway := gradient_runaway(norms):
+            grad_ax.plot([runaway.step], [runaway.grad_norm], "o", mfc="none",
+                         color=colours[cell.variant], ms=9, mew=2)  # fmt: skip
+    ax.tick_params(labelbottom=True)
     _finish(ax, "step", "training loss", f"{report.suite}: loss (× = divergence)")
+    if grad_ax.get_lines():
+        grad_ax.set_yscale("log")
+    title = f"gradient norm (○ = runaway: ≥ {RUNAWAY_FACTOR:g}× its earlier median)"
+    _finish(grad_ax, "step", "gradient norm", title)
     written.append(_save(fig, plt, Path(f"{prefix}_loss.png")))
 
     spectral = _mean_series(cells, metrics, _spectral_values)

@@ -58,3 +58,21 @@ def test_a_single_captured_step_gets_a_readable_axis() -> None:
     assert [t for t in ax.get_xticks()] == [1200]
     assert ax.get_lines()[0].get_marker() == "o"  # a lone point is drawn, not an empty line
     plt.close(fig)
+
+
+def test_the_loss_figure_shows_the_gradient_norm_and_marks_a_runaway(tmp_path, monkeypatch) -> None:
+    import json
+
+    from flashprobe.store import reader as sr
+
+    root = fixtures.make_store(tmp_path / "store")
+    cell = next(c for c in sr.read_cells(root) if c.variant == "block-m" and c.seed == 0)
+    norms = [0.3] * 12 + [50.0]  # the 13th logged norm: 167× the median before it
+    rows = [{"step": 10 * i, "loss": 1.0, "grad_norm": g} for i, g in enumerate(norms)]
+    (cell.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (report,) = build_reports(root, baseline="delta-fp32")
+    loss_ax, grad_ax = _figures(report, tmp_path, monkeypatch)["planted_loss.png"].axes
+    assert grad_ax.get_yscale() == "log" and grad_ax.get_ylabel() == "gradient norm"
+    marks = [line for line in grad_ax.get_lines() if line.get_marker() == "o"]
+    assert [(list(m.get_xdata()), list(m.get_ydata())) for m in marks] == [([120], [50.0])]
+    assert loss_ax.get_ylabel() == "training loss"
