@@ -165,12 +165,18 @@ def test_report_takes_the_roles_from_suite_json(run_cli, tmp_path) -> None:
     assert result.code == 2 and "corrupt suite definition" in result.err
 
 
-def test_report_with_a_logit_runaway_rule(run_cli, tmp_path) -> None:
+def _failure_fixtures():
+    """tests/attribution/test_failure.py as a module: its store with a branched cell."""
     spec = importlib.util.spec_from_file_location(
         "failure_fixtures", Path(__file__).parents[1] / "attribution" / "test_failure.py"
     )
     failure = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(failure)  # type: ignore[union-attr]
+    return failure
+
+
+def test_report_with_a_logit_runaway_rule(run_cli, tmp_path) -> None:
+    failure = _failure_fixtures()
     root = failure.make_store(tmp_path, 30)
     args = ("--failure", "logit-runaway", "--logit-limit", "100", "--failure-layer", "1")
     result = run_cli("report", str(root), *args)
@@ -190,11 +196,7 @@ def test_report_with_a_logit_runaway_rule(run_cli, tmp_path) -> None:
 
 
 def test_report_with_a_gradient_runaway_rule(run_cli, tmp_path) -> None:
-    spec = importlib.util.spec_from_file_location(
-        "failure_fixtures", Path(__file__).parents[1] / "attribution" / "test_failure.py"
-    )
-    failure = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(failure)  # type: ignore[union-attr]
+    failure = _failure_fixtures()
     root = failure.make_store(tmp_path, 30)
     (fa2,) = [c for c in sr.read_cells(root) if c.variant == "fa2"]
     rows = failure.norms(*[0.3] * 12, 40.0, start=20)
