@@ -139,15 +139,15 @@ def build_suite_report(
     if rule.event != "divergence" or rule.horizon is not None:
         notes.insert(0, f"failed (ranking): {rule.describe()}")
     notes += _run_notes(cells, superseded, known, rule)
-    runaways = _runaways(cells, failed_at, rule)
+    # Runaways the loss rule let pass: the summary's column (beside its `diverged` count); the
+    # notes name those the ranking's rule let pass too.
+    loss_rule = FailureRule(horizon=rule.horizon)
+    runaways = _runaways(cells, failure_steps(cells, loss_rule), loss_rule)
     notes += runaway_note(
-        (c.variant, c.seed, runaways[c.path]) for c in cells if c.path in runaways
+        (c.variant, c.seed, runaways[c.path])
+        for c in cells
+        if c.path in runaways and failed_at.get(c.path) is None
     )
-    if rule.event != "divergence":  # the summary's column sits beside its loss-rule count
-        loss_rule = FailureRule(horizon=rule.horizon)
-        beside = _runaways(cells, failure_steps(cells, loss_rule), loss_rule)
-    else:
-        beside = runaways
     notes += store_notes(every_run)
     replayed_on = saved.get("baseline")
     if docs and replayed_on and replayed_on != roles.baseline:
@@ -166,7 +166,7 @@ def build_suite_report(
     return SuiteReport(
         suite=name,
         roles=roles,
-        summary=_summary_rows(cells, beside),
+        summary=_summary_rows(cells, runaways),
         ranking=ranking,
         metrics=metrics,
         hotspots=spots[:top],
