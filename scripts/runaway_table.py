@@ -25,8 +25,13 @@ from typing import Any
 
 from tabulate import tabulate
 
-from flashprobe.attribution.runaway import gradient_runaway
-from flashprobe.reporting.digest.outcomes import branch_point, is_branch_stub
+from flashprobe.reporting.digest.outcomes import (
+    DIVERGED,
+    NOT_DIVERGED,
+    branch_point,
+    is_branch_stub,
+    seed_outcome,
+)
 from flashprobe.reporting.digest.pooling import one_run_per_seed
 from flashprobe.reporting.digest.report import load_digests
 from flashprobe.reporting.digest.schema import DigestCell
@@ -35,27 +40,26 @@ SMOOTH, CUT_SMOOTH, RULE, RUNAWAY = "smooth", "cut, smooth", "loss rule", "runaw
 
 
 def classify(cell: DigestCell) -> dict[str, Any]:
-    """One run: its outcome by the loss rule and by the runaway flag."""
-    start = cell.meta.get("branch_step") or 0
-    norms = ((step, norm) for step, _, norm in cell.loss if step >= start)
-    runaway = gradient_runaway(norms)
-    diverged = cell.diverged_step
-    if diverged is not None:
+    """One run: its outcome by the loss rule and by the runaway flag (as digest-report reads
+    them: outcomes.seed_outcome)."""
+    outcome = seed_outcome(cell)
+    runaway, diverged = outcome.runaway, outcome.status == DIVERGED
+    if diverged:
         kind = RULE
     elif runaway is not None:
         kind = RUNAWAY
     else:
-        kind = SMOOTH if cell.finished else CUT_SMOOTH
-    first = runaway is not None and diverged is not None and runaway.step < diverged
+        kind = SMOOTH if outcome.status == NOT_DIVERGED else CUT_SMOOTH
+    first = runaway is not None and diverged and runaway.step < outcome.step
     return {
         "suite": cell.suite,
         "variant": cell.variant,
         "seed": cell.seed,
         "reached": cell.steps_reached,
         "class": kind,
-        "diverged at": diverged,
+        "diverged at": outcome.step if diverged else None,
         "runaway at": None if runaway is None else runaway.step,
-        "runaway first by": diverged - runaway.step if first else None,  # type: ignore[union-attr]
+        "runaway first by": outcome.step - runaway.step if first else None,  # type: ignore[union-attr]
     }
 
 
