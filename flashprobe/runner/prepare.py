@@ -59,21 +59,33 @@ from flashprobe.attribution.replay_settings import ReplaySettings
 from flashprobe.backends import machine_backend
 from flashprobe.errors import FlashprobeError
 from flashprobe.runner.branches import check_branches
-from flashprobe.suites.cell_config import check_runnable, normalise_cell_config, resolve_cell_config
+from flashprobe.suites.cell_config import check_runnable, resolve_cell_config
 from flashprobe.suites.estimate import throughputs
 from flashprobe.suites.suite import Suite, load_suite, variant_names
 
 
 def prepare_suite(
-    path: str | Path, overrides: Iterable[str] = (), *, check_machine: bool = True
+    path: str | Path,
+    overrides: Iterable[str] = (),
+    *,
+    check_machine: bool = True,
+    variants: Sequence[str] = (),
 ) -> Suite:
     """Load, expand and validate a suite (every cell, then the branches); nothing is written.
 
     check_machine=False (a dry run) leaves out what only the target machine can check (a CUDA
-    GPU, the data folder): `machine_problems` then lists it."""
-    validate = normalise_cell_config if check_machine else _normalise_anywhere
-    suite = load_suite(path, overrides, validate=validate)
+    GPU, the data folder): `machine_problems` then lists it. With `variants` (--variant), a name
+    not in the suite is refused first, and the machine is checked for their cells only (and
+    their branch sources): a CPU variant of a suite that also has GPU ones runs here."""
+    suite = load_suite(path, overrides, validate=_normalise_anywhere)
     check_branches(suite)
+    selected = select_variants(suite, variants)
+    if check_machine:
+        for cell in selected.cells:
+            try:
+                check_runnable(resolve_cell_config(cell.config).train)
+            except FlashprobeError as exc:
+                raise FlashprobeError(f"variant {cell.variant!r}: {exc}") from None
     replay_settings(suite, check_machine=check_machine)
     rule = FailureRule.from_suite(suite.raw.get("failure"))
     for cell in suite.cells:
@@ -83,6 +95,7 @@ def prepare_suite(
 
 
 def _normalise_anywhere(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The suite's validate callback: resolve and normalise (the machine is checked after)."""
     return resolve_cell_config(config).to_dict()
 
 

@@ -135,7 +135,9 @@ def plan_run(request: SuiteRequest, *, dry_run: bool = False, say: Say | None = 
     part = parse_shard(request.shard) if request.shard is not None else None
     if part is not None and (request.jobs or 1) > 1:
         raise FlashprobeError("--jobs starts its own shards; give --shard or --jobs, not both")
-    full = prepare_suite(request.config, request.overrides, check_machine=not dry_run)
+    full = prepare_suite(
+        request.config, request.overrides, check_machine=not dry_run, variants=request.variants
+    )
     jobs = _jobs(request.jobs, full.jobs, in_shard=part is not None)
     settings = replay_settings(full, check_machine=not dry_run) if request.replay else None
     suite = select_variants(full, request.variants)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from runner_helpers import suite_of
 
 from flashprobe.errors import FlashprobeError
@@ -16,6 +17,22 @@ def test_select_variants_keeps_the_branch_source(make_suite) -> None:
     assert [c.variant for c in select_variants(suite, ["sfa"]).cells] == ["fa2", "sfa"]
     with pytest.raises(FlashprobeError, match="--variant 'x' is not in the suite"):
         select_variants(suite, ["x"])
+
+
+def test_the_machine_is_checked_for_the_selected_variants_only(tmp_path, make_suite) -> None:
+    """An unknown --variant is named before what this machine lacks, and a CPU variant of a
+    suite whose other variant needs a GPU runs on a CPU."""
+    gpu = {"train": {"device": "cuda"}, "kernel": {"preset": "sfa", "block_n": 16}}
+    path = tmp_path / "suite.yaml"
+    path.write_text(json.dumps(make_suite(variants={"sfa": gpu})))
+    with pytest.raises(FlashprobeError, match="--variant 'nope' is not in the suite"):
+        prepare_suite(path, variants=["nope"])
+    assert [c.variant for c in prepare_suite(path, variants=["fa2"]).cells] == ["fa2", "sfa"]
+    if not torch.cuda.is_available():
+        with pytest.raises(FlashprobeError, match=r"variant 'sfa': train\.device is cuda"):
+            prepare_suite(path)
+        with pytest.raises(FlashprobeError, match=r"variant 'sfa': train\.device is cuda"):
+            prepare_suite(path, variants=["sfa"])
 
 
 @pytest.mark.parametrize(
