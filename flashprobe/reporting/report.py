@@ -23,6 +23,7 @@ from flashprobe.attribution.replay_summary import hot_spots, summarise
 from flashprobe.attribution.runaway import GradientRunaway, gradient_runaway, runaway_note
 from flashprobe.attribution.selection import Superseded, one_run_per_seed
 from flashprobe.probes.bias_result import T_SIGNIFICANT
+from flashprobe.reporting.training_data import mixed_data_note
 from flashprobe.store import reader as sr
 from flashprobe.store.metrics_check import store_notes
 from flashprobe.store.replay_results import read_replay, read_suite_replay
@@ -139,6 +140,7 @@ def build_suite_report(
     if rule.event != "divergence" or rule.horizon is not None:
         notes.insert(0, f"failed (ranking): {rule.describe()}")
     notes += _run_notes(cells, superseded, known, rule)
+    notes += mixed_data_note(cells)
     # Runaways the loss rule let pass: the summary's column (beside its `diverged` count); the
     # notes name those the ranking's rule let pass too.
     loss_rule = FailureRule(horizon=rule.horizon)

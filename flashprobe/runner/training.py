@@ -246,7 +246,7 @@ def _train_cell(
         return CellOutcome(planned, "failed", message=last)
     summary = {
         "status": "done",
-        **{k: v for k, v in result.to_dict().items() if k != "out_dir"},
+        **{k: v for k, v in result.to_dict().items() if k not in ("out_dir", "data_digest")},
         # train_run's figure also counts time restored from a branch source's checkpoint
         "tokens_per_s": meter.tokens_per_s() if meter.steps else result.tokens_per_s,
         "steps_trained": meter.steps,
@@ -263,7 +263,8 @@ def _train_cell(
         "resumed_from_step": resumed_from if resume else None,
         "resume_notes": list(point.notes) if point is not None else [],
         "extended_from": extends.key if extends else None,
-        "environment": dict(env),
+        # what the cell trained on belongs with what it ran on: reports compare it per suite
+        "environment": {**env, "data_digest": result.data_digest},
         "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
     if dist.is_main:

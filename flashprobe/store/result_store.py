@@ -36,6 +36,8 @@
                            fields (steps_done, final_loss, min_loss, final_val_loss, diverged,
                            diverged_step, divergence_rule, tokens_per_s, wall_time_s) plus
                            status "done", variant, point, seed, key, branch and environment
+                           (with data_digest: the sha256 of the token stream the run trained
+                           on; absent in older stores, null for a token folder)
 
 Captures (`run/captures/`, written by store.capture under capture.max_bytes):
     step_<t:07d>.safetensors   t: the 0-based optimizer step whose first micro-batch was captured

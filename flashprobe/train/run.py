@@ -418,6 +418,7 @@ class _Run:
             wall_time_s=state.wall_time_s,
             time_by_phase_s=time_by_phase(state),
             resume_notes=self.resume_notes,
+            data_digest=self.dataset.digest,
         )
 
 

@@ -32,6 +32,9 @@ class RunSummary:
     #: Why a resume started before the newest checkpoint (a damaged checkpoint or log line;
     #: checkpoint.ResumePoint): empty when it did not.
     resume_notes: tuple[str, ...] = ()
+    #: The token stream's content hash (TokenDataset.digest: pysource's sha256, the stdlib
+    #: corpus's sha256 prefix; None for a token folder): tells runs on different corpora apart.
+    data_digest: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "resume_notes": list(self.resume_notes)}

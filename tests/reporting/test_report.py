@@ -159,3 +159,25 @@ def test_the_summary_shows_the_loss_minimum_beside_the_final_loss(tmp_path: Path
     (report,) = build_reports(root)
     shown = {row["variant"]: (row["final_loss"], row["min_loss"]) for row in report.summary}
     assert shown == {**losses, "acc-fp32": (None, None)}  # acc-fp32 was cut: no summary
+
+
+def _record_data_digests(root: Path, digests: dict[tuple[str, int], str]) -> None:
+    """Give these finished cells' summaries the data digest a run now records."""
+    for cell in sr.read_cells(root):
+        digest = digests.get((cell.variant, cell.seed))
+        if digest is not None:
+            summary = {**(cell.summary or {}), "environment": {"data_digest": digest}}
+            (cell.path / "summary.json").write_text(json.dumps(summary))
+
+
+def test_runs_trained_on_different_token_streams_are_noted(tmp_path: Path) -> None:
+    root = fixtures.make_store(tmp_path)  # summaries without a data digest: unknown
+    (report,) = build_reports(root)
+    assert not [n for n in report.notes if "token streams" in n]
+    old, new = "0123456789abcdef", "fedcba9876543210"
+    _record_data_digests(root, {("baseline", 0): old, ("baseline", 1): old,
+                                ("delta-fp32", 1): new})  # fmt: skip
+    (report,) = build_reports(root)
+    (note,) = [n for n in report.notes if "token streams" in n]
+    assert note.endswith("0123456789ab: baseline seeds 0,1; fedcba987654: delta-fp32 seed 1")
+    assert note in " ".join(render_reports([report], "table").split())  # the table wraps it

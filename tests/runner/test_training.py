@@ -64,6 +64,19 @@ def test_resume_after_a_kill_redoes_no_finished_work(tmp_path, make_suite) -> No
     all_json_parses(tmp_path / "parts")
 
 
+def test_the_summary_records_the_token_stream_in_its_environment(tmp_path, make_suite) -> None:
+    raw = make_suite()
+    raw["variants"] = {"fa2": {}}
+    (done,) = run(raw, tmp_path)
+    saved = json.loads((done.planned.path / "summary.json").read_text())
+    record = json.loads((done.planned.run_dir / "config.json").read_text())
+    assert isinstance(record["data_digest"], str)
+    assert saved["environment"]["data_digest"] == record["data_digest"]
+    assert saved["environment"]["torch"] and "data_digest" not in saved  # beside the versions
+    (cached,) = run(raw, tmp_path)
+    assert cached.status == "cached" and cached.summary == saved
+
+
 def test_restart_starts_an_interrupted_cell_over(tmp_path, make_suite) -> None:
     raw = make_suite()
     raw["variants"] = {"fa2": {}}

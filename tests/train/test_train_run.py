@@ -54,6 +54,9 @@ def test_metrics_records_and_run_files(tmp_path, make_config) -> None:
     saved = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert saved == summary.to_dict() and summary.tokens_per_s > 0
     assert summary.final_val_loss == records[-1]["val_loss"]
+    # the token stream it trained on, as the run record names it (the runner reports it)
+    record = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert isinstance(summary.data_digest, str) and summary.data_digest == record["data_digest"]
 
 
 def test_the_summary_says_where_the_wall_time_went(tmp_path, make_config, monkeypatch) -> None:

@@ -55,6 +55,8 @@ _CELL_TYPES: dict[str, tuple[type, ...]] = {
     "meta.branch_step": (int, _NULL),
     "meta.source_key": (str, _NULL),
     **{f"summary.{name}": (*types, _NULL) for name, types in SUMMARY_TYPES.items()},
+    "summary.environment": (Mapping, _NULL),
+    "summary.environment.data_digest": (str, _NULL),
     **{f"config.{section}": (Mapping, _NULL) for section in _CONFIG_SECTIONS},
     "interrupted": (Mapping, _NULL),
     "interrupted.steps_done": (int,),

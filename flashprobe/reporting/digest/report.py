@@ -7,8 +7,8 @@ step), the component ranking of a restore / add suite (digest.ranking: attributi
 the digests' outcomes), the spectral norm rise per run (digest.rise), the per-layer spectral
 norms of the chosen runs, the attention summary per run (digest.attention), the δ replay of the
 replayed runs (digest.replay), the superseded runs (digest.pooling) and notes on what the counts
-leave out (a branched suite's branch point among them). digest.tables renders the reports as
-markdown, text and JSON.
+leave out (a branched suite's branch point among them) or mix (runs trained on different token
+streams: reporting.training_data). digest.tables renders the reports as markdown, text and JSON.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from flashprobe.reporting.digest.ranking import DigestRanking, digest_ranking
 from flashprobe.reporting.digest.reference import reference_runs
 from flashprobe.reporting.digest.rise import RiseResult, RiseRule, rises, trajectories
 from flashprobe.reporting.digest.schema import Digest, DigestCell
+from flashprobe.reporting.training_data import mixed_data_note
 
 
 @dataclass
@@ -224,6 +225,7 @@ def _suite_report(
         )  # fmt: skip
         notes += why + (ranking.notes if ranking is not None else [])
     notes += _run_notes(cells, superseded, horizon)
+    notes += mixed_data_note([*borrowed, *cells])  # the runs the outcomes compare
     notes += _runaway_notes(outcomes)
     notes += _replay_notes(digests, name, cells, superseded)
     # A branch source trained only to the branch step has no record past it to rise from.

@@ -9,7 +9,8 @@ Version 3 (written by digest.writer), strict JSON (a non-finite number is null):
      "cells": [
        {"meta": {...cell.json...}, "config": {...config.json...},
         "environment": {...environment.json...}, "started": 1733100000.0,
-        "summary": {...summary.json...} | null (unfinished),
+        "summary": {...summary.json...} | null (unfinished),  # its environment.data_digest:
+                                                # the token stream's sha256 (absent: unknown)
         "interrupted": {"steps_done": 2370, "wall_time_s": 301.2,   # a cut run's own record
                         "time_by_phase_s": {"train": 280.5, ...}} | null,  # (finished: null;
                                                 # absent in digests written before it was added)

@@ -123,15 +123,19 @@ def make_cell(
     attention: Sequence[dict[str, Any]] = (),
     loss: Sequence[Sequence[Any]] = (),
     min_step: int = 0,
+    data_digest: str | None = None,
 ) -> dict[str, Any]:
     """A v2 digest cell. reached: the steps trained (default: the divergence step + 1, else
-    the planned steps); finished False leaves the summary out (a cut run)."""
+    the planned steps); finished False leaves the summary out (a cut run); data_digest: the
+    token stream its summary's environment records (None: none, as older summaries)."""
     if reached is None:
         reached = diverged + 1 if diverged is not None else planned
     summary = None
     if finished:
         summary = {"steps_done": reached, "diverged": diverged is not None,
                    "diverged_step": diverged}  # fmt: skip
+        if data_digest is not None:
+            summary["environment"] = {"data_digest": data_digest}
     return {
         "meta": {"suite": suite, "variant": variant, "seed": seed,
                  "point": [list(p) for p in point],

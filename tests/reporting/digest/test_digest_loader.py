@@ -151,7 +151,8 @@ def _typed_digest(make: Any) -> dict[str, Any]:
     for cell in (diverged, done):
         cell["meta"] |= {"branch_from": None, "branch_step": None, "source_key": None}
         cell["summary"] |= {"status": "done", "final_loss": 2.5, "final_val_loss": None,
-                            "divergence_rule": None}  # fmt: skip
+                            "divergence_rule": None,
+                            "environment": {"torch": "2.13", "data_digest": None}}  # fmt: skip
         cell["checkpoint_step"] = cell["replay"] = cell["environment"] = None
         cell["interrupted"] = None  # finished
         cell["config"]["capture"] = None  # the store reads a null config section
@@ -185,6 +186,12 @@ WRONG_TYPES = [
     ("meta.variant", 5, "meta.variant must be a string, not 5"),
     ("suites.s", 5, "suites.s must be an object, not 5"),
     ("interrupted", 5, "interrupted must be an object or null, not 5"),
+    ("summary.environment", "x", 'summary.environment must be an object or null, not "x"'),
+    (
+        "summary.environment.data_digest",
+        5,
+        "summary.environment.data_digest must be a string or null, not 5",
+    ),
 ]
 WRONG_IDS = [f"{field}={json.dumps(value)}" for field, value, _ in WRONG_TYPES]
 

@@ -50,6 +50,17 @@ def test_merge_keeps_the_counted_runs_and_drops_the_superseded(tmp_path: Path, m
     assert tables([out]) == tables([old, new])
 
 
+def test_merge_keeps_each_run_s_data_digest(tmp_path: Path, make) -> None:
+    old = make.digest(tmp_path / "old.json", [make.cell("a", 0, data_digest="0" * 16)])
+    new = make.digest(tmp_path / "new.json", [make.cell("a", 1, data_digest="f" * 16)])
+    out = tmp_path / "merged.json"
+    merge_digests([old, new], out)
+    cells = json.loads(out.read_text())["cells"]
+    assert [c["summary"]["environment"]["data_digest"] for c in cells] == ["0" * 16, "f" * 16]
+    (report,) = build_digest_reports(load_digests([out]))
+    assert any("2 different token streams" in n for n in report.notes)
+
+
 def test_merge_into_one_of_its_inputs_needs_force(tmp_path: Path, make) -> None:
     claim = make.digest(tmp_path / "claim.json", [make.cell("a", 0)])
     session = make.digest(tmp_path / "session.json", [make.cell("a", 1)])

@@ -139,6 +139,37 @@ def test_report_of_a_tiny_store(tiny_store: Path, tmp_path: Path) -> None:
     assert [p[0] for p in series["tie_events"]["0"]] == [9, 19, 29]
     text = render_digest_reports([report], "markdown")
     assert "## Outcomes" in text and "## Attention" in text
+    assert "different token streams" not in text  # one corpus
+
+
+OLD, NEW = "0123456789abcdef", "fedcba9876543210"  # two corpora's data digests
+
+
+def test_runs_trained_on_different_token_streams_are_noted(tmp_path: Path, make) -> None:
+    path = make.digest(tmp_path / "d.json", [
+        make.cell("fa2", 0, data_digest=OLD), make.cell("fa2", 1, data_digest=NEW),
+        make.cell("sfa", 0, data_digest=OLD), make.cell("sfa", 1),  # recorded none: unknown
+        make.cell("sfa", 2, data_digest=NEW, finished=False),  # cut: no summary, unknown
+    ])  # fmt: skip
+    (report,) = build_digest_reports(load_digests([path]))
+    (note,) = [n for n in report.notes if "token streams" in n]
+    assert note.endswith("0123456789ab: fa2 seed 0, sfa seed 0; fedcba987654: fa2 seed 1")
+    assert f"- {note}" in render_digest_reports([report], "markdown")
+    same = make.digest(tmp_path / "same.json", [
+        make.cell("fa2", 0, data_digest=OLD), make.cell("fa2", 1),  # an older run: unknown
+    ])  # fmt: skip
+    (report,) = build_digest_reports(load_digests([same]))
+    assert not [n for n in report.notes if "token streams" in n]
+
+
+def test_a_v1_digest_s_summaries_are_compared_too(tmp_path: Path, make) -> None:
+    cells = [make.cell("fa2", s, data_digest=d) for s, d in ((0, OLD), (1, NEW))]
+    v1 = [{k: c[k] for k in ("meta", "summary", "loss", "val_loss")} for c in cells]
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(v1))
+    (report,) = build_digest_reports(load_digests([path]))
+    assert any(n.endswith("0123456789ab: fa2 seed 0; fedcba987654: fa2 seed 1")
+               for n in report.notes)  # fmt: skip
 
 
 # -- the reference of another suite, branched suites -----------------------------------------

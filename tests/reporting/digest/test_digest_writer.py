@@ -14,6 +14,7 @@ from flashprobe.reporting.digest.loader import load_digest
 from flashprobe.reporting.digest.outcomes import NO_OUTCOME, NOT_DIVERGED, seed_outcome
 from flashprobe.reporting.digest.pooling import one_run_per_seed
 from flashprobe.reporting.digest.writer import build_digest, thin, write_digest
+from flashprobe.reporting.training_data import data_digest
 from flashprobe.store import reader as sr
 from flashprobe.store.metrics_check import store_notes
 from flashprobe.store.replay_results import read_replay
@@ -49,6 +50,22 @@ def test_the_digest_keeps_every_0_based_logged_step(tiny_store: Path, tmp_path: 
     assert [row[0] for row in done["val_loss"]] == [9, 19, 29]
     assert [r["step"] for r in done["attention"]] == [9, 19, 29]
     assert [r["step"] for r in done["spectral"]] == [9, 19, 29]
+
+
+def test_each_finished_run_carries_the_token_stream_it_trained_on(
+    tiny_store: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "tiny.json"
+    write_digest(tiny_store, out)
+    runs = _by_run(_strict(out.read_text()))
+    cell = sr.read_cells(tiny_store, "tiny")[0]  # every tiny cell trains on the same corpus
+    record = json.loads((cell.run_dir / "config.json").read_text())  # the run record
+    assert isinstance(record["data_digest"], str)
+    for run in ("fa2", 0), ("touchy", 0):
+        assert runs[run]["summary"]["environment"]["data_digest"] == record["data_digest"]
+    loaded = {(c.variant, c.seed): c for c in load_digest(out).cells}
+    assert data_digest(loaded["touchy", 0].summary) == record["data_digest"]
+    assert data_digest(loaded["fa2", 1].summary) is None  # cut: no summary, unknown
 
 
 def test_the_digest_reduces_heads_as_documented(tiny_store: Path) -> None:
