@@ -21,8 +21,18 @@ RESUMABLE_KEYS = frozenset(
 )
 
 
-def check_resumable(checkpoint: Checkpoint, config: TrainConfig, out_dir: Path) -> None:
-    """Raise unless `config` differs from the checkpoint's only in RESUMABLE_KEYS."""
+def check_resumable(
+    checkpoint: Checkpoint, config: TrainConfig, out_dir: Path, data_digest: str | None = None
+) -> None:
+    """Raise unless `config` differs from the checkpoint's only in RESUMABLE_KEYS, and the token
+    stream is the one the run trained on (the same config can build another corpus when the
+    interpreter's sources changed; a run would then mix two and record only the second)."""
+    theirs = checkpoint.state.get("data_digest")
+    if theirs is not None and data_digest is not None and theirs != data_digest:
+        raise FlashprobeError(
+            f"cannot resume {out_dir}: the data changed (digest {theirs[:12]} → "
+            f"{data_digest[:12]}); train it again in a new store, or rebuild the old corpus"
+        )
     saved = checkpoint.state.get("config")
     if not isinstance(saved, dict):
         return

@@ -155,7 +155,7 @@ class _Run:
             self.resume_notes = point.notes
             if point.checkpoint is not None:
                 checkpoint = read_checkpoint(point.checkpoint)
-                check_resumable(checkpoint, self.config, self.out_dir)
+                check_resumable(checkpoint, self.config, self.out_dir, self.dataset.digest)
                 self._restore(checkpoint)
         elif start_from is not None:
             checkpoint = read_checkpoint(Path(start_from))

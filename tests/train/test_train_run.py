@@ -232,6 +232,20 @@ def test_resume_refuses_a_changed_config(tmp_path, make_config) -> None:
         train_run(make_config(optimizer={"lr": 1e-3}), tmp_path / "run", resume=True)
 
 
+def test_resume_refuses_a_changed_token_stream(tmp_path, make_config, monkeypatch) -> None:
+    """The same config over another corpus (the interpreter's sources changed): not mixed."""
+    import dataclasses
+
+    from flashprobe.train import run as run_module
+
+    train_run(make_config(train={"steps": 4}), tmp_path / "run")
+    opened = run_module.open_dataset
+    other = lambda config: dataclasses.replace(opened(config), digest="0" * 64)  # noqa: E731
+    monkeypatch.setattr(run_module, "open_dataset", other)
+    with pytest.raises(FlashprobeError, match=r"cannot resume .*: the data changed \(digest "):
+        train_run(make_config(), tmp_path / "run", resume=True)
+
+
 def test_branch_from_a_baseline_checkpoint_replays_its_data(tmp_path, make_config) -> None:
     baseline = make_config(train={"checkpoint_every": 6})
     train_run(baseline, tmp_path / "base")
