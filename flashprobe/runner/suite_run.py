@@ -124,8 +124,9 @@ class SuiteRun:
 
 
 def plan_run(request: SuiteRequest, *, dry_run: bool = False, say: Say | None = None) -> SuitePlan:
-    """Load and check the whole suite (its data too: runner.data_check), select its cells and
-    plan them; writes nothing.
+    """Load and check the whole suite, select its cells (--variant, --shard) and plan them; the
+    machine and the data (runner.data_check) are checked for the selected variants; writes
+    nothing.
 
     dry_run: what only the target machine can check (a CUDA GPU, the data folder, a pysource
     corpus not built yet) is listed in `problems` instead of refused."""
@@ -140,9 +141,10 @@ def plan_run(request: SuiteRequest, *, dry_run: bool = False, say: Say | None = 
     )
     jobs = _jobs(request.jobs, full.jobs, in_shard=part is not None)
     settings = replay_settings(full, check_machine=not dry_run) if request.replay else None
-    suite = select_variants(full, request.variants)
+    selected = select_variants(full, request.variants)
+    suite = selected
     if part is not None:
-        suite = select_shard(suite, *part)
+        suite = select_shard(selected, *part)
         if settings is not None and not dry_run:
             say(
                 f"replay: not in a shard; run `flashprobe replay {request.store} --suite "
@@ -152,9 +154,10 @@ def plan_run(request: SuiteRequest, *, dry_run: bool = False, say: Say | None = 
     version = planning.code_version()
     store = ResultStore(request.store)
     cells = _plan(request, suite, store, version)
-    # The whole suite's data, opened once per config (a run builds a pysource corpus here)
+    # The selected variants' data (every shard's: they check alike), opened once per config (a
+    # run builds a pysource corpus here); unselected variants' data is not this run's concern
     to_train = any(p.action not in ("skip", "busy") for p in cells)
-    unchecked = check_data(full.cells, build=not dry_run) if to_train else []
+    unchecked = check_data(selected.cells, build=not dry_run) if to_train else []
     problems = tuple(machine_problems(suite, full if settings else None)) if dry_run else ()
     return SuitePlan(full, suite, store, version, cells, settings, (*problems, *unchecked), jobs)
 

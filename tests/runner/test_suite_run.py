@@ -95,6 +95,17 @@ def test_a_dry_run_of_some_variants_checks_the_replay_of_the_whole_suite(
     assert plan_run(request, dry_run=True).problems == ()
 
 
+def test_the_data_is_checked_for_the_selected_variants_only(tmp_path, make_suite) -> None:
+    """A variant not selected with --variant may name a token folder this machine lacks."""
+    elsewhere = {"data": {"source": "bin", "path": str(tmp_path / "owt")}}
+    raw = make_suite(variants={"owt": elsewhere})
+    request = SuiteRequest(write(tmp_path, raw), store=tmp_path / "store", variants=("fa2",))
+    assert [p.cell.variant for p in plan_run(request).cells] == ["fa2"]
+    assert plan_run(request, dry_run=True).problems == ()
+    with pytest.raises(FlashprobeError, match=r"owt.*(data folder not found|no train\.bin)"):
+        plan_run(SuiteRequest(request.config, store=tmp_path / "store", variants=("owt",)))
+
+
 def test_a_shard_plans_its_cells_and_does_not_replay(tmp_path, make_suite) -> None:
     raw = make_suite(replay={"backend": "emulator"})
     said: list[str] = []
