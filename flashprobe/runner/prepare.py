@@ -63,6 +63,9 @@ from flashprobe.suites.cell_config import check_runnable, resolve_cell_config
 from flashprobe.suites.estimate import throughputs
 from flashprobe.suites.suite import Suite, load_suite, variant_names
 
+#: how a replay: section's triton backend on a machine without CUDA should be answered
+REPLAY_ON_CPU = "--set replay.backend=emulator, or --no-replay"
+
 
 def prepare_suite(
     path: str | Path,
@@ -76,7 +79,8 @@ def prepare_suite(
     check_machine=False (a dry run) leaves out what only the target machine can check (a CUDA
     GPU, the data folder): `machine_problems` then lists it. With `variants` (--variant), a name
     not in the suite is refused first, and the machine is checked for their cells only (and
-    their branch sources): a CPU variant of a suite that also has GPU ones runs here."""
+    their branch sources): a CPU variant of a suite that also has GPU ones runs here. The
+    replay's backend is checked by plan_run, only when the replay runs (not --no-replay)."""
     suite = load_suite(path, overrides, validate=_normalise_anywhere)
     check_branches(suite)
     selected = select_variants(suite, variants)
@@ -86,7 +90,7 @@ def prepare_suite(
                 check_runnable(resolve_cell_config(cell.config).train)
             except FlashprobeError as exc:
                 raise FlashprobeError(f"variant {cell.variant!r}: {exc}") from None
-    replay_settings(suite, check_machine=check_machine)
+    replay_settings(suite, check_machine=False)  # its backend: plan_run, unless --no-replay
     rule = FailureRule.from_suite(suite.raw.get("failure"))
     for cell in suite.cells:
         rule.check_layers(resolve_cell_config(cell.config).train.model.n_layer)
@@ -134,7 +138,7 @@ def replay_settings(suite: Suite, *, check_machine: bool = True) -> ReplaySettin
         if name is not None and name not in known:
             raise FlashprobeError(f"{where}: no variant {name!r}; known: {', '.join(known)}")
     if check_machine:
-        machine_backend(settings.backend)
+        machine_backend(settings.backend, instead=REPLAY_ON_CPU)
     return settings
 
 

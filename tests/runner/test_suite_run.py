@@ -70,12 +70,18 @@ def test_plan_run_writes_nothing_and_lists_what_it_cannot_check(tmp_path, make_s
     request = SuiteRequest(write(tmp_path, raw), store=tmp_path / "store")
     planned = plan_run(request, dry_run=True)
     assert [p.action for p in planned.cells] == ["run", "run"]
-    assert planned.problems == ("replay: backend triton needs a CUDA GPU; use --backend emulator",)
+    assert planned.problems == (
+        "replay: backend triton needs a CUDA GPU; --set replay.backend=emulator, or --no-replay",
+    )
     assert [r["tokens"] for r in planned.rows()] == [8 * 4 * 32] * 2
     assert not (tmp_path / "store").exists()
     with pytest.raises(FlashprobeError, match="backend triton needs a CUDA GPU"):
         run_suite(request)
     assert not (tmp_path / "store").exists()
+    # --no-replay: the replay's machine is not this run's concern (the dry run said so too)
+    quiet = SuiteRequest(request.config, store=tmp_path / "store", replay=False)
+    assert plan_run(quiet, dry_run=True).problems == ()
+    assert [p.action for p in plan_run(quiet).cells] == ["run", "run"]
 
 
 def test_a_dry_run_of_some_variants_checks_the_replay_of_the_whole_suite(
@@ -87,7 +93,7 @@ def test_a_dry_run_of_some_variants_checks_the_replay_of_the_whole_suite(
     raw = make_suite(replay={"baseline": "fa2", "backend": "triton"})
     request = SuiteRequest(write(tmp_path, raw), store=tmp_path / "store", variants=("sfa",))
     assert plan_run(request, dry_run=True).problems == (
-        "replay: backend triton needs a CUDA GPU; use --backend emulator",
+        "replay: backend triton needs a CUDA GPU; --set replay.backend=emulator, or --no-replay",
     )
     request = SuiteRequest(
         write(tmp_path, raw), store=tmp_path / "s", variants=("sfa",), replay=False
