@@ -27,20 +27,19 @@ def check_resumable(
     """Raise unless `config` differs from the checkpoint's only in RESUMABLE_KEYS, and the token
     stream is the one the run trained on (the same config can build another corpus when the
     interpreter's sources changed; a run would then mix two and record only the second)."""
+    saved = checkpoint.state.get("config")
+    if isinstance(saved, dict):  # a changed data key first: it names the cause
+        for key, (old, new) in _differences(saved, config.to_dict()).items():
+            if key not in RESUMABLE_KEYS:
+                raise FlashprobeError(
+                    f"cannot resume {out_dir}: config key {key} changed ({old!r} → {new!r})"
+                )
     theirs = checkpoint.state.get("data_digest")
     if theirs is not None and data_digest is not None and theirs != data_digest:
         raise FlashprobeError(
             f"cannot resume {out_dir}: the data changed (digest {theirs[:12]} → "
             f"{data_digest[:12]}); train it again in a new store, or rebuild the old corpus"
         )
-    saved = checkpoint.state.get("config")
-    if not isinstance(saved, dict):
-        return
-    for key, (old, new) in _differences(saved, config.to_dict()).items():
-        if key not in RESUMABLE_KEYS:
-            raise FlashprobeError(
-                f"cannot resume {out_dir}: config key {key} changed ({old!r} → {new!r})"
-            )
 
 
 def check_branchable(checkpoint: Checkpoint, config: TrainConfig, data_digest: str | None) -> None:

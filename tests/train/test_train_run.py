@@ -244,6 +244,9 @@ def test_resume_refuses_a_changed_token_stream(tmp_path, make_config, monkeypatc
     monkeypatch.setattr(run_module, "open_dataset", other)
     with pytest.raises(FlashprobeError, match=r"cannot resume .*: the data changed \(digest "):
         train_run(make_config(), tmp_path / "run", resume=True)
+    # a changed data key changes the digest too: the key is named, not only the digest
+    with pytest.raises(FlashprobeError, match=r"config key data\.max_bytes changed"):
+        train_run(make_config(data={"max_bytes": 200_000}), tmp_path / "run", resume=True)
 
 
 def test_branch_from_a_baseline_checkpoint_replays_its_data(tmp_path, make_config) -> None:
