@@ -4,7 +4,7 @@
 # `flashprobe report` and the store's digest, all into OUT. One device call: the pair must finish
 # in 10 minutes, so a call of 600 s is the test itself (BUDGET stops it, cut cells digested as cut).
 #
-#   export FLASHPROBE_GIT_SHA=<commit>; OUT=$OUT SEED=7 bash scripts/device/quick_pair.sh
+#   export FLASHPROBE_GIT_SHA=<commit>; OUT=$OUT SEED=8 bash scripts/device/quick_pair.sh
 set -u
 OUT=${OUT:?set OUT}
 SEED=${SEED:?set SEED (a seed the committed results do not use)}
