@@ -35,6 +35,20 @@ def test_the_machine_is_checked_for_the_selected_variants_only(tmp_path, make_su
             prepare_suite(path, variants=["sfa"])
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
+def test_a_selected_variant_s_branch_source_is_checked_for_the_machine(
+    tmp_path, make_suite
+) -> None:
+    """--variant fa2 still trains fa2's branch source: its GPU need is not left out."""
+    gpu = {"train": {"device": "cuda"}, "kernel": {"preset": "sfa", "block_n": 16}}
+    path = tmp_path / "suite.yaml"
+    path.write_text(
+        json.dumps(make_suite(variants={"sfa": gpu}, branch={"from": "sfa", "step": 4}))
+    )
+    with pytest.raises(FlashprobeError, match=r"variant 'sfa': train\.device is cuda"):
+        prepare_suite(path, variants=["fa2"])
+
+
 @pytest.mark.parametrize(
     ("replay", "needle"),
     [
