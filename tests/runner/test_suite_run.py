@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from flashprobe.errors import FlashprobeError, RunStopped
 from flashprobe.runner.suite_run import SuiteRequest, plan_run, run_suite
@@ -65,6 +66,7 @@ def test_run_suite_trains_replays_and_reports(tmp_path, make_suite) -> None:
     assert [r["final_loss"] for r in again.rows()] == [r["final_loss"] for r in run.rows()]
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
 def test_plan_run_writes_nothing_and_lists_what_it_cannot_check(tmp_path, make_suite) -> None:
     raw = make_suite(replay={"backend": "triton"})  # needs CUDA: refused by a real run here
     request = SuiteRequest(write(tmp_path, raw), store=tmp_path / "store")
@@ -84,6 +86,7 @@ def test_plan_run_writes_nothing_and_lists_what_it_cannot_check(tmp_path, make_s
     assert [p.action for p in plan_run(quiet).cells] == ["run", "run"]
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
 def test_a_dry_run_of_some_variants_checks_the_replay_of_the_whole_suite(
     tmp_path, make_suite
 ) -> None:
