@@ -2,15 +2,16 @@
 on more than one (a device machine whose site-packages changed builds another pysource corpus).
 
 A finished run's summary records it as environment.data_digest (runner.training): the token
-stream's sha256 (TokenDataset.digest; the stdlib corpus's is a prefix). Stores and digests
-written before it was recorded, token-folder runs and unfinished runs have none: unknown, never
-counted as a difference.
+stream's sha256 (TokenDataset.digest; the stdlib corpus's is a prefix); a cut run's comes from
+its run record (store.reader.read_data_digest; in a digest, the cell's environment). Stores and
+digests written before it was recorded and token-folder runs have none: unknown, never counted
+as a difference.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from collections.abc import Iterable
+from typing import Protocol
 
 SHOWN_HEX = 12  # digest characters a note shows: enough to tell corpora apart
 
@@ -28,14 +29,7 @@ class TrainedRun(Protocol):
     def point_label(self) -> str: ...
 
     @property
-    def summary(self) -> Mapping[str, Any] | None: ...
-
-
-def data_digest(summary: Mapping[str, Any] | None) -> str | None:
-    """The token stream's digest a run's summary records; None when it records none."""
-    environment = (summary or {}).get("environment")
-    value = environment.get("data_digest") if isinstance(environment, Mapping) else None
-    return value if isinstance(value, str) and value else None
+    def data_digest(self) -> str | None: ...
 
 
 def mixed_data_note(runs: Iterable[TrainedRun]) -> list[str]:
@@ -43,7 +37,7 @@ def mixed_data_note(runs: Iterable[TrainedRun]) -> list[str]:
     none. Runs that record no digest are left out (unknown is not a difference)."""
     by_digest: dict[str, dict[str, list[int]]] = {}
     for run in runs:
-        digest = data_digest(run.summary)
+        digest = run.data_digest
         if digest is not None:
             label = f"{run.variant} [{run.point_label}]" if run.point_label else run.variant
             by_digest.setdefault(digest, {}).setdefault(label, []).append(run.seed)

@@ -74,6 +74,10 @@ class CellView(CellRecord):
         return self.path / REPLAY_FILE
 
     @property
+    def data_digest(self) -> str | None:
+        return read_data_digest(self)
+
+    @property
     def started(self) -> float:
         """When the cell started (environment.json, written once; else cell.json), as a
         file time: orders the runs of one store."""
@@ -125,6 +129,32 @@ def read_metrics(cell: CellView) -> list[dict[str, Any]]:
     (`well_formed`), NaN restored (flashprobe.json_io). A corrupt line (a run killed mid-write
     tears the last one; a hand edit) is left out; store.metrics_check says which."""
     return scan_metrics(cell.run_dir / METRICS_FILE)[0]
+
+
+def read_data_digest(cell: CellView) -> str | None:
+    """The token stream's digest the cell's run trained on: its summary's
+    environment.data_digest, else its run record's (run/config.json, written when training
+    starts, so a cut run has it too). None for runs that record none (older stores, token
+    folders) and for an unreadable record: unknown."""
+    return data_digest_of(cell.summary) or _run_record_digest(cell.run_dir / "config.json")
+
+
+def data_digest_of(summary: Mapping[str, Any] | None) -> str | None:
+    """A summary's environment.data_digest; None when it records none."""
+    environment = (summary or {}).get("environment")
+    value = environment.get("data_digest") if isinstance(environment, Mapping) else None
+    return value if isinstance(value, str) and value else None
+
+
+def _run_record_digest(path: Path) -> str | None:
+    if not path.is_file():
+        return None
+    try:
+        record = json_io.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    value = record.get("data_digest") if isinstance(record, dict) else None
+    return value if isinstance(value, str) and value else None
 
 
 def read_interrupted(cell: CellView) -> dict[str, Any] | None:

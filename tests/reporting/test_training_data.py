@@ -1,5 +1,5 @@
-"""reporting.training_data: the token stream a summary records, and the note for a suite that
-trained on more than one."""
+"""reporting.training_data: the note for a suite that trained on more than one token stream;
+and store.reader.data_digest_of, the stream a summary records."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from flashprobe.reporting.training_data import data_digest, mixed_data_note
+from flashprobe.reporting.training_data import mixed_data_note
+from flashprobe.store.reader import data_digest_of
 
 A, B = "a" * 64, "b" * 16
 
 
 def _run(variant: str, seed: int, digest: Any = None, point: str = "") -> SimpleNamespace:
-    summary = {"steps_done": 8} if digest is None else {"environment": {"data_digest": digest}}
-    return SimpleNamespace(variant=variant, seed=seed, point_label=point, summary=summary)
+    return SimpleNamespace(variant=variant, seed=seed, point_label=point, data_digest=digest)
 
 
 @pytest.mark.parametrize(
@@ -32,7 +32,7 @@ def _run(variant: str, seed: int, digest: Any = None, point: str = "") -> Simple
     ],
 )
 def test_the_digest_a_summary_records(summary: Any, expected: str | None) -> None:
-    assert data_digest(summary) == expected
+    assert data_digest_of(summary) == expected
 
 
 def test_one_token_stream_or_unknown_ones_say_nothing() -> None:

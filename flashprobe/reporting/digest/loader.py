@@ -57,6 +57,8 @@ _CELL_TYPES: dict[str, tuple[type, ...]] = {
     **{f"summary.{name}": (*types, _NULL) for name, types in SUMMARY_TYPES.items()},
     "summary.environment": (Mapping, _NULL),
     "summary.environment.data_digest": (str, _NULL),
+    "environment": (Mapping, _NULL),
+    "environment.data_digest": (str, _NULL),
     **{f"config.{section}": (Mapping, _NULL) for section in _CONFIG_SECTIONS},
     "interrupted": (Mapping, _NULL),
     "interrupted.steps_done": (int,),

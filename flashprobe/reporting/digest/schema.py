@@ -148,6 +148,17 @@ class DigestCell:
         return str(self.meta.get("variant", "?"))
 
     @property
+    def data_digest(self) -> str | None:
+        """The token stream's digest: the summary's, else the cell environment's (written from
+        the run record, so a cut run has it too); None when neither records one."""
+        environment = (self.summary or {}).get("environment")
+        for where in (environment, self.environment):
+            value = where.get("data_digest") if isinstance(where, Mapping) else None
+            if isinstance(value, str) and value:
+                return value
+        return None
+
+    @property
     def seed(self) -> int:
         return int(self.meta.get("seed", 0))
 

@@ -100,11 +100,14 @@ def digest_cell(cell: sr.CellView, every: int) -> dict[str, Any]:
     summary_step = (cell.summary or {}).get("diverged_step")
     keep.add(summary_step)
     loss = [[r["step"], r.get("loss"), r.get("grad_norm")] for r in records if "loss" in r]
-    environment = cell.path / ENVIRONMENT_FILE
+    path = cell.path / ENVIRONMENT_FILE
+    environment = read_json(path) if path.is_file() else None
+    if isinstance(environment, dict) and (digest := cell.data_digest) is not None:
+        environment = {**environment, "data_digest": digest}  # a cut run's too (no summary)
     return {
         "meta": cell.meta,
         "config": cell.config,
-        "environment": read_json(environment) if environment.is_file() else None,
+        "environment": environment,
         "started": cell.started or None,
         "summary": cell.summary,
         # a cut run's own record, where it wrote one: still unfinished (summary null)

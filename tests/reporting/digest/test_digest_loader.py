@@ -156,6 +156,7 @@ def _typed_digest(make: Any) -> dict[str, Any]:
         cell["checkpoint_step"] = cell["replay"] = cell["environment"] = None
         cell["interrupted"] = None  # finished
         cell["config"]["capture"] = None  # the store reads a null config section
+    diverged["environment"] = {"torch": "2.13", "data_digest": None}  # a token folder's run
     return {"format": "flashprobe-digest", "version": 3, "store": "/tmp/x", "every": 10,
             "written_by": {"flashprobe": "0.1.0"}, "suites": {"s": {"name": "s"}},
             "cells": [diverged, done]}  # fmt: skip
@@ -192,6 +193,8 @@ WRONG_TYPES = [
         5,
         "summary.environment.data_digest must be a string or null, not 5",
     ),
+    ("environment", 5, "environment must be an object or null, not 5"),
+    ("environment.data_digest", [], r"environment.data_digest must be a string or null, not \[\]"),
 ]
 WRONG_IDS = [f"{field}={json.dumps(value)}" for field, value, _ in WRONG_TYPES]
 

@@ -14,7 +14,6 @@ from flashprobe.reporting.digest.loader import load_digest
 from flashprobe.reporting.digest.outcomes import NO_OUTCOME, NOT_DIVERGED, seed_outcome
 from flashprobe.reporting.digest.pooling import one_run_per_seed
 from flashprobe.reporting.digest.writer import build_digest, thin, write_digest
-from flashprobe.reporting.training_data import data_digest
 from flashprobe.store import reader as sr
 from flashprobe.store.metrics_check import store_notes
 from flashprobe.store.replay_results import read_replay
@@ -52,9 +51,7 @@ def test_the_digest_keeps_every_0_based_logged_step(tiny_store: Path, tmp_path: 
     assert [r["step"] for r in done["spectral"]] == [9, 19, 29]
 
 
-def test_each_finished_run_carries_the_token_stream_it_trained_on(
-    tiny_store: Path, tmp_path: Path
-) -> None:
+def test_each_run_carries_the_token_stream_it_trained_on(tiny_store: Path, tmp_path: Path) -> None:
     out = tmp_path / "tiny.json"
     write_digest(tiny_store, out)
     runs = _by_run(_strict(out.read_text()))
@@ -64,8 +61,12 @@ def test_each_finished_run_carries_the_token_stream_it_trained_on(
     for run in ("fa2", 0), ("touchy", 0):
         assert runs[run]["summary"]["environment"]["data_digest"] == record["data_digest"]
     loaded = {(c.variant, c.seed): c for c in load_digest(out).cells}
-    assert data_digest(loaded["touchy", 0].summary) == record["data_digest"]
-    assert data_digest(loaded["fa2", 1].summary) is None  # cut: no summary, unknown
+    assert loaded["touchy", 0].data_digest == record["data_digest"]
+    # cut: no summary, but its run record names the stream (carried in the cell's environment)
+    assert runs["fa2", 1]["summary"] is None
+    assert runs["fa2", 1]["environment"]["data_digest"] == record["data_digest"]
+    assert loaded["fa2", 1].data_digest == record["data_digest"]
+    assert sr.read_cells(tiny_store, "tiny")[0].data_digest == record["data_digest"]
 
 
 def test_the_digest_reduces_heads_as_documented(tiny_store: Path) -> None:
