@@ -35,7 +35,7 @@ from flashprobe.spec import KernelSpec, format_field
 from flashprobe.store import reader as sr
 from flashprobe.store.capture_reader import CaptureHeader
 from flashprobe.store.suite_definition import read_suite_definition
-from flashprobe.suites.cell_config import resolve_cell_config
+from flashprobe.suites.cell_config import normalise_cell_config, resolve_cell_config
 from flashprobe.suites.suite import expand_suite, load_suite, point_label
 
 Point = tuple[tuple[str, Any], ...]
@@ -98,7 +98,7 @@ def suite_file_variants(config: str | Path) -> dict[str, VariantConfigs]:
     """The variants of a suite file (a path or a bundled suite's name), as `ablate` expands them;
     one-line FlashprobeError naming the file when it does not load."""
     try:
-        suite = load_suite(config, validate=_resolve_only)
+        suite = load_suite(config, validate=normalise_cell_config)
     except FlashprobeError as exc:
         raise FlashprobeError(f"--variants-from {config}: {exc}") from None
     return _variants(suite.cells, str(config))
@@ -111,7 +111,7 @@ def declared_variants(folder: Path) -> dict[str, VariantConfigs]:
         return {}
     where = str(Path(folder) / "suite.json")
     try:
-        suite = expand_suite(raw, validate=_resolve_only, default_name=Path(folder).name)
+        suite = expand_suite(raw, validate=normalise_cell_config, default_name=Path(folder).name)
     except FlashprobeError as exc:
         raise FlashprobeError(f"{where}: {exc}") from None
     return _variants(suite.cells, where)
@@ -241,11 +241,6 @@ def _model(run: Run) -> ModelConfig:
         return resolve_cell_config(run.config).train.model
     except FlashprobeError as exc:
         raise FlashprobeError(f"{run.where}: {exc}") from None
-
-
-def _resolve_only(config: Mapping[str, Any]) -> dict[str, Any]:
-    """`ablate`'s validation (as its dry run): what a CPU replay machine can check."""
-    return resolve_cell_config(config).to_dict()
 
 
 def _canonical(config: Mapping[str, Any]) -> str:

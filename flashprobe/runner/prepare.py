@@ -50,16 +50,19 @@ lists it (`machine_problems`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 from flashprobe.attribution.failure import FailureRule
 from flashprobe.attribution.replay_settings import ReplaySettings
 from flashprobe.backends import machine_backend
 from flashprobe.errors import FlashprobeError
 from flashprobe.runner.branches import check_branches
-from flashprobe.suites.cell_config import check_runnable, resolve_cell_config
+from flashprobe.suites.cell_config import (
+    check_runnable,
+    normalise_cell_config,
+    resolve_cell_config,
+)
 from flashprobe.suites.estimate import throughputs
 from flashprobe.suites.suite import Suite, load_suite, variant_names
 
@@ -81,7 +84,7 @@ def prepare_suite(
     not in the suite is refused first, and the machine is checked for their cells only (and
     their branch sources): a CPU variant of a suite that also has GPU ones runs here. The
     replay's backend is checked by plan_run, only when the replay runs (not --no-replay)."""
-    suite = load_suite(path, overrides, validate=_normalise_anywhere)
+    suite = load_suite(path, overrides, validate=normalise_cell_config)
     check_branches(suite)
     selected = select_variants(suite, variants)
     if check_machine:
@@ -96,11 +99,6 @@ def prepare_suite(
         rule.check_layers(resolve_cell_config(cell.config).train.model.n_layer)
     throughputs(suite)
     return suite
-
-
-def _normalise_anywhere(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The suite's validate callback: resolve and normalise (the machine is checked after)."""
-    return resolve_cell_config(config).to_dict()
 
 
 def machine_problems(suite: Suite, replay_from: Suite | None = None) -> list[str]:

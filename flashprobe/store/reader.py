@@ -136,25 +136,27 @@ def read_data_digest(cell: CellView) -> str | None:
     environment.data_digest, else its run record's (run/config.json, written when training
     starts, so a cut run has it too). None for runs that record none (older stores, token
     folders) and for an unreadable record: unknown."""
-    return data_digest_of(cell.summary) or _run_record_digest(cell.run_dir / "config.json")
+    return data_digest_of(cell.summary) or recorded_digest(_run_record(cell.run_dir))
 
 
 def data_digest_of(summary: Mapping[str, Any] | None) -> str | None:
     """A summary's environment.data_digest; None when it records none."""
-    environment = (summary or {}).get("environment")
-    value = environment.get("data_digest") if isinstance(environment, Mapping) else None
+    return recorded_digest((summary or {}).get("environment"))
+
+
+def recorded_digest(record: Any) -> str | None:
+    """The `data_digest` a mapping records (a summary's environment, a run record, a digest
+    cell's environment); None when it is not a mapping or records none."""
+    value = record.get("data_digest") if isinstance(record, Mapping) else None
     return value if isinstance(value, str) and value else None
 
 
-def _run_record_digest(path: Path) -> str | None:
-    if not path.is_file():
-        return None
+def _run_record(run_dir: Path) -> Any:
+    """run/config.json (train.run's record of the run), or None when absent or unreadable."""
     try:
-        record = json_io.loads(path.read_text(encoding="utf-8"))
+        return json_io.loads((run_dir / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    value = record.get("data_digest") if isinstance(record, dict) else None
-    return value if isinstance(value, str) and value else None
 
 
 def read_interrupted(cell: CellView) -> dict[str, Any] | None:

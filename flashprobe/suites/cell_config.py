@@ -12,9 +12,10 @@ train, divergence, metrics) plus three suite conveniences:
     seed:    set by the suite's `seeds` list (becomes train.seed; do not set train.seed)
 
 `normalise_cell_config` is the suite's validate callback: it builds everything (TrainConfig,
-KernelSpec, capture), checks what can only fail later (CUDA-only options on a CPU machine, a
-missing token folder, the batch split over torchrun ranks) and returns the normalised config
-(every default filled in) that the store saves and the cell key hashes.
+KernelSpec, capture) and returns the normalised config (every default filled in) that the store
+saves and the cell key hashes. `check_runnable` checks what can only fail on the machine (CUDA-only
+options on a CPU machine, a missing token folder, the batch split over torchrun ranks), for the
+cells a run selects (runner.prepare).
 """
 
 from __future__ import annotations
@@ -146,10 +147,8 @@ def horizon(config: Mapping[str, Any]) -> int:
 
 
 def normalise_cell_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The suite's validate callback: resolve, check the platform and data, normalise."""
-    setup = resolve_cell_config(config)
-    check_runnable(setup.train)
-    return setup.to_dict()
+    """The suite's validate callback: resolve and normalise (the machine: check_runnable)."""
+    return resolve_cell_config(config).to_dict()
 
 
 def check_runnable(config: TrainConfig, cuda: bool | None = None) -> None:

@@ -77,15 +77,19 @@ def test_cuda_only_options_are_refused_without_a_gpu() -> None:
 
 
 def test_token_folder_is_checked(tmp_path) -> None:
+    def check(config: dict) -> None:  # what a run checks on its machine (runner.prepare)
+        check_runnable(resolve_cell_config(config).train)
+
     config = {**BASE, "data": {"source": "bin", "path": str(tmp_path), "vocab_size": 300}}
+    normalise_cell_config(config)  # normalising needs no data: a dry run on another machine
     with pytest.raises(FlashprobeError, match=r"no train\.bin there"):
-        normalise_cell_config(config)
+        check(config)
     for name in ("train.bin", "val.bin"):
         np.arange(500, dtype=np.uint16).tofile(tmp_path / name)
-    normalise_cell_config(config)
+    check(config)
     small = {**config, "model": {**BASE["model"], "vocab_size": 100}}
     with pytest.raises(FlashprobeError, match="smaller than the data's vocabulary"):
-        normalise_cell_config(small)
+        check(small)
 
 
 def test_byte_counts() -> None:

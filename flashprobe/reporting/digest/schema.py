@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from flashprobe.reporting.digest.replay import ReplayDigest
+from flashprobe.store.reader import data_digest_of, recorded_digest
 from flashprobe.suites.cell_config import horizon
 from flashprobe.suites.suite import meta_point, point_label
 
@@ -151,12 +152,7 @@ class DigestCell:
     def data_digest(self) -> str | None:
         """The token stream's digest: the summary's, else the cell environment's (written from
         the run record, so a cut run has it too); None when neither records one."""
-        environment = (self.summary or {}).get("environment")
-        for where in (environment, self.environment):
-            value = where.get("data_digest") if isinstance(where, Mapping) else None
-            if isinstance(value, str) and value:
-                return value
-        return None
+        return data_digest_of(self.summary) or recorded_digest(self.environment)
 
     @property
     def seed(self) -> int:
