@@ -8,7 +8,7 @@ from typing import Any
 
 from flashprobe.errors import FlashprobeError
 from flashprobe.reporting.atomic import check_output_folder, write_bytes_atomic
-from flashprobe.reporting.plots import require_matplotlib
+from flashprobe.reporting.plots import require_matplotlib, top_title
 
 PANELS = (("o", "O"), ("dq", "dQ"))
 
@@ -52,11 +52,13 @@ def write_logit_scale_plot(report: Any, path: Path) -> Path:
         ax.grid(True, which="major", alpha=0.3)
     axes[-1].legend(fontsize=7, ncol=2)
     c = report.config
-    fig.suptitle(
+    room = top_title(
+        fig,
         f"Attention error against fp64 as the logits grow (seeds {', '.join(map(str, c.seeds))};"
-        f" {c.heads} heads × {c.seq} tokens, d {c.head_dim}, bf16 inputs)"
+        f" {c.heads} heads × {c.seq} tokens, d {c.head_dim}, bf16 inputs)",
+        12,
     )
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - room))
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)
     plt.close(fig)

@@ -231,6 +231,16 @@ def _finish(ax: Any, xlabel: str, ylabel: str, title: str | None) -> None:
         ax.legend(unique.values(), unique.keys(), fontsize=7)
 
 
+def top_title(fig: Any, text: str, fontsize: float = 10) -> float:
+    """Put the figure's title at its top edge; returns the share of the height it takes, for
+    tight_layout's rect (matplotlib's default title sits 2% of the height down, and
+    tight_layout ignores it: a tall figure's title covers its first row's panel titles)."""
+    height = fig.get_figheight()
+    fig.suptitle(text, fontsize=fontsize, y=1 - 0.05 / height, va="top")
+    lines = text.count("\n") + 1
+    return (lines * fontsize * 1.3 / 72 + 0.12) / height  # points → inches
+
+
 def _save(fig: Any, plt: Any, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -36,7 +36,7 @@ from flashprobe.reporting.digest.outcomes import (
 from flashprobe.reporting.digest.report import DigestSuiteReport
 from flashprobe.reporting.digest.rise import RiseResult, trajectories
 from flashprobe.reporting.digest.schema import DigestCell
-from flashprobe.reporting.plots import require_matplotlib
+from flashprobe.reporting.plots import require_matplotlib, top_title
 
 PANELS_PER_ROW = 4
 Series = list[tuple[int, float]]
@@ -132,8 +132,8 @@ def _per_variant(
     for k in range(len(groups), blocks * ncols):  # empty cells of the last row
         for q in range(len(quantities)):
             axes[(k // ncols) * len(quantities) + q][k % ncols].set_visible(False)
-    fig.suptitle(f"{report.suite}: {title} (dotted: divergence step)", fontsize=10)
-    return _save(plt, fig, path)
+    room = top_title(fig, f"{report.suite}: {title} (dotted: divergence step)")
+    return _save(plt, fig, path, room)
 
 
 #: How each outcome is drawn: (marker, face colour, edge colour).
@@ -186,9 +186,9 @@ def _sum_bias_by_outcome(plt: Any, report: DigestSuiteReport, path: Path) -> Pat
     ax.set_ylabel("ΣP − 1, median over records", fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     _legend(ax)
-    fig.suptitle(f"{report.suite}: ΣP − 1 of the backward's softmax per seed\n(mean over "
-                 "layers, median over the records before the divergence)", fontsize=9)  # fmt: skip
-    return _save(plt, fig, path)
+    room = top_title(fig, f"{report.suite}: ΣP − 1 of the backward's softmax per seed\n(mean "
+                     "over layers, median over the records before the divergence)", 9)  # fmt: skip
+    return _save(plt, fig, path, room)
 
 
 def _variants(report: DigestSuiteReport) -> list[tuple[str, list[DigestCell]]]:
@@ -257,8 +257,8 @@ def _spectral_heatmap(
         ax.tick_params(labelsize=7)
     rule = rises[0].rule if rises else None
     how = f"○ first record ≥ {rule.factor:g}× the reference" if rule else ""
-    fig.suptitle(f"{cell.suite}: {cell.label}, spectral norm per layer  {how}", fontsize=10)
-    return _save(plt, fig, path)
+    room = top_title(fig, f"{cell.suite}: {cell.label}, spectral norm per layer  {how}")
+    return _save(plt, fig, path, room)
 
 
 def _attention_layers(plt: Any, cell: DigestCell, horizon: int | None, path: Path) -> Path | None:
@@ -289,9 +289,8 @@ def _attention_layers(plt: Any, cell: DigestCell, horizon: int | None, path: Pat
         _step_axis(ax)
         ax.tick_params(labelsize=7)
         _legend(ax, ncol=2)
-    fig.suptitle(f"{cell.suite}: {cell.label}, attention per layer (dotted: divergence)",
-                 fontsize=10)  # fmt: skip
-    return _save(plt, fig, path)
+    room = top_title(fig, f"{cell.suite}: {cell.label}, attention per layer (dotted: divergence)")
+    return _save(plt, fig, path, room)
 
 
 def _delta_running_sum(plt: Any, cell: DigestCell, path: Path) -> Path | None:
@@ -324,9 +323,9 @@ def _delta_running_sum(plt: Any, cell: DigestCell, path: Path) -> Path | None:
         _step_axis(ax, fontsize=8)
         ax.tick_params(labelsize=7)
         _legend(ax, ncol=2 if len(variants) > 8 else 1)
-    fig.suptitle(f"{cell.suite}: {cell.label}, δ − fp64 δ replayed on its captures "
-                 "(dotted: divergence)", fontsize=10)  # fmt: skip
-    return _save(plt, fig, path)
+    room = top_title(fig, f"{cell.suite}: {cell.label}, δ − fp64 δ replayed on its captures "
+                     "(dotted: divergence)")  # fmt: skip
+    return _save(plt, fig, path, room)
 
 
 # -- helpers --------------------------------------------------------------------------------
@@ -376,8 +375,8 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", text)
 
 
-def _save(plt: Any, fig: Any, path: Path) -> Path:
-    fig.tight_layout()
+def _save(plt: Any, fig: Any, path: Path, title_room: float) -> Path:
+    fig.tight_layout(rect=(0, 0, 1, 1 - title_room))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -121,3 +121,30 @@ def test_sum_bias_points_by_outcome(tmp_path: Path, make) -> None:
     assert [value for *_, value, _ in points] == pytest.approx([2e-4, 5e-7, -1e-7])
     names = _pngs(write_figures(report, tmp_path / "figs"))
     assert "s_softmax_sum_bias.png" in names  # a negative median: drawn on a symlog axis
+
+
+def test_the_suptitle_clears_the_panel_titles(tmp_path: Path, make, monkeypatch) -> None:
+    """The per-variant figures' title sat over the first row's panel titles (tight_layout)."""
+    from flashprobe.reporting.digest import figures
+
+    saved = []
+    save = figures._save
+
+    def keep(plt, fig, *rest):  # type: ignore[no-untyped-def]
+        saved.append(fig)
+        return save(plt, fig, *rest)
+
+    monkeypatch.setattr(figures, "_save", keep)
+    loss = [[s, 2.0 - s / 1e3, 0.5] for s in range(0, 500, 10)]
+    cells = [make.cell(f"variant-{k}", 0, loss=loss) for k in range(24)]  # a tall figure
+    digest = make.digest(tmp_path / "d.json", cells)
+    (report,) = build_digest_reports(load_digests([digest]), reference="variant-0")
+    figures.write_figures(report, tmp_path / "figs")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = saved[0]  # the loss and gradient norm figure, laid out as saved
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    top = fig.get_suptitle() and fig._suptitle.get_window_extent(renderer)
+    titles = [ax.title.get_window_extent(renderer) for ax in fig.axes if ax.get_visible()]
+    assert top and titles
+    assert all(top.y0 >= t.y1 for t in titles), (top, max(t.y1 for t in titles))
