@@ -238,7 +238,7 @@ def top_title(fig: Any, text: str, fontsize: float = 10) -> float:
     height = fig.get_figheight()
     fig.suptitle(text, fontsize=fontsize, y=1 - 0.05 / height, va="top")
     lines = text.count("\n") + 1
-    return (lines * fontsize * 1.3 / 72 + 0.12) / height  # points → inches
+    return (lines * fontsize * 1.3 / 72 + 0.05) / height  # points → inches; tight_layout pads
 
 
 def _save(fig: Any, plt: Any, path: Path) -> Path:

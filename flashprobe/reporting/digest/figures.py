@@ -5,6 +5,9 @@ figure; a dotted vertical line at each divergence step):
     <suite>_loss_grad_norm.png     training loss and gradient norm (log) against step
     <suite>_max_logit.png          the largest attention logit over layers and heads (log)
     <suite>_tie_counts.png         tie events and P̄ = 1 entries, summed over layers and heads
+    <suite>_outcomes.png           each run as a line from its first step to its end, marked by
+                                   outcome: × diverged, ○ to the horizon, | cut; ▲ where its
+                                   gradient norm ran away; a row per variant, its count beside it
     <suite>_softmax_sum_bias.png   ΣP − 1 of the backward's softmax (mean over layers) per run,
                                    its median before the divergence: a point per seed, by
                                    outcome (only when the runs recorded it)
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,6 +35,8 @@ from flashprobe.reporting.digest.outcomes import (
     DIVERGED,
     NO_OUTCOME,
     NOT_DIVERGED,
+    SeedOutcome,
+    is_branch_stub,
     seed_outcome,
 )
 from flashprobe.reporting.digest.report import DigestSuiteReport
@@ -70,6 +76,7 @@ def write_figures(report: DigestSuiteReport, out_dir: Path) -> list[Path]:
             "tie events and P̄ = 1 entries, summed over layers and heads",
         ),
     ]  # fmt: skip
+    written.append(_outcomes(plt, report, out_dir / f"{prefix}_outcomes.png"))
     path = _sum_bias_by_outcome(plt, report, out_dir / f"{prefix}_softmax_sum_bias.png")
     if path is not None:
         written.append(path)
@@ -133,6 +140,67 @@ def _per_variant(
         for q in range(len(quantities)):
             axes[(k // ncols) * len(quantities) + q][k % ncols].set_visible(False)
     room = top_title(fig, f"{report.suite}: {title} (dotted: divergence step)")
+    return _save(plt, fig, path, room)
+
+
+# -- outcomes -------------------------------------------------------------------------------
+#: The run's end marker per outcome.
+_END_MARKER = {DIVERGED: "X", NOT_DIVERGED: "o", NO_OUTCOME: "|"}
+
+
+def outcome_rows(report: DigestSuiteReport) -> list[tuple[str, list[SeedOutcome]]]:
+    """(row label, its seeds' outcomes) per variant and grid point, the reference first; a
+    branch source trained only to its branch step is no row (its borrowed full runs are)."""
+    rows = []
+    for o in report.outcomes:
+        seeds = [s for s in o.seeds if not is_branch_stub(s.cell, report.branch)]
+        if not seeds:
+            continue
+        label = o.variant + (f" [{o.point}]" if o.point else "")
+        if o.suite != report.suite:
+            label += f" (suite {o.suite})"
+        rows.append((label, seeds))
+    return rows
+
+
+def _outcomes(plt: Any, report: DigestSuiteReport, path: Path) -> Path:
+    """A row per variant, a line per seed from its first logged step to its end."""
+    rows = outcome_rows(report)
+    cells = [s.cell for _, seeds in rows for s in seeds]
+    colours = _seed_styles(cells)
+    fig, ax = plt.subplots(figsize=(9.5, 0.42 * len(rows) + 1.6))
+    for y, (_, seeds) in enumerate(rows):
+        for i, seed in enumerate(seeds):
+            at = y + 0.5 * (i - (len(seeds) - 1) / 2) / max(len(seeds), 2)
+            colour = colours[seed.seed][0]
+            first = seed.cell.loss[0][0] if seed.cell.loss else 0
+            end = seed.step if seed.horizon is None else min(seed.step, seed.horizon)
+            ax.plot([first, end], [at, at], color=colour, lw=1.2)
+            ax.plot([end], [at], marker=_END_MARKER[seed.status], color=colour, ms=7,
+                    mfc="none" if seed.status != DIVERGED else colour, ls="none")  # fmt: skip
+            if (runaway := seed.runaway) is not None:
+                ax.plot([runaway.step], [at], marker="^", color=colour, ms=6, ls="none")
+    if report.horizon is not None:
+        ax.axvline(report.horizon, color="grey", ls="--", lw=0.8)
+    ax.set_yticks(range(len(rows)), [label for label, _ in rows], fontsize=7)
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # the reference on top
+    for y, (_, seeds) in enumerate(rows):
+        diverged = [s.step for s in seeds if s.status == DIVERGED]
+        n = sum(s.status != NO_OUTCOME for s in seeds)
+        median = f", median {statistics.median(diverged):,.0f}" if diverged else ""
+        ax.annotate(f"{len(diverged)}/{n}{median}", (1.01, y), xycoords=("axes fraction", "data"),
+                    va="center", fontsize=7)  # fmt: skip
+    _step_axis(ax, fontsize=8)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.grid(axis="x", alpha=0.3)
+    from matplotlib.lines import Line2D
+
+    seeds = sorted(colours)
+    ax.legend([Line2D([], [], color=colours[k][0]) for k in seeds], [f"seed {k}" for k in seeds],
+              fontsize=7, ncol=min(len(seeds), 8), loc="lower center", bbox_to_anchor=(0.5, 1),
+              frameon=False)  # fmt: skip
+    room = top_title(fig, f"{report.suite}: each run to its end (× diverged, ○ not diverged, "
+                     "| no outcome; ▲ gradient runaway); beside: diverged / n")  # fmt: skip
     return _save(plt, fig, path, room)
 
 

@@ -31,6 +31,7 @@ def test_figures_of_a_tiny_store(tiny_store: Path, tmp_path: Path) -> None:
     assert names == [
         "tiny_loss_grad_norm.png",
         "tiny_max_logit.png",
+        "tiny_outcomes.png",
         "tiny_softmax_sum_bias.png",
         "tiny_tie_counts.png",
         "tiny_touchy_seed0_attention_per_layer.png",
@@ -57,6 +58,7 @@ def test_one_record_runs_grid_points_and_missing_series(tmp_path: Path, make) ->
     assert names == [
         "s_loss_grad_norm.png",
         "s_max_logit.png",
+        "s_outcomes.png",
         "s_paper-code_lr=2e-3_seed0_attention_per_layer.png",
         "s_paper-code_lr=2e-3_seed0_spectral_norm.png",
         "s_tie_counts.png",
@@ -148,3 +150,33 @@ def test_the_suptitle_clears_the_panel_titles(tmp_path: Path, make, monkeypatch)
     titles = [ax.title.get_window_extent(renderer) for ax in fig.axes if ax.get_visible()]
     assert top and titles
     assert all(top.y0 >= t.y1 for t in titles), (top, max(t.y1 for t in titles))
+
+
+def test_the_outcome_rows_put_the_borrowed_reference_first_and_skip_the_branch_source(
+    tmp_path: Path, make
+) -> None:
+    """The outcomes figure's rows: a branched suite's stub source is no row, the reference's
+    full runs from its own suite are, and each seed keeps its outcome and runaway."""
+    from flashprobe.reporting.digest.figures import outcome_rows
+
+    calm = [[s, 2.0, 0.3] for s in range(500, 900, 10)]
+    wild = [*calm, [900, 3.5, 90.0]]
+    quick = [make.cell("paper-code", s, suite="quick", planned=4000, diverged=1400 + s,
+                       loss=[[10, 2.0, 0.5], [1400, 3.0, 50.0]]) for s in (0, 1)]  # fmt: skip
+    attr = [make.cell("paper-code", s, suite="attr", planned=500) for s in (0, 1)]
+    for s, loss in ((0, calm), (1, wild)):
+        attr.append(make.cell("score-fp32", s, suite="attr", planned=3400, loss=loss))
+        attr[-1]["meta"].update(branch_from="paper-code", branch_step=500)
+    suites = {"attr": {"branch": {"from": "paper-code", "step": 500}}}
+    paths = [make.digest(tmp_path / "q.json", quick),
+             make.digest(tmp_path / "a.json", attr, suites)]  # fmt: skip
+    (report,) = build_digest_reports(load_digests(paths), suite="attr", reference="paper-code")
+    rows = outcome_rows(report)
+    assert [label for label, _ in rows] == ["paper-code (suite quick)", "score-fp32"]
+    (_, reference), (_, restored) = rows
+    assert [(s.seed, s.status, s.step) for s in reference] == [
+        (0, "diverged", 1400), (1, "diverged", 1401),
+    ]  # fmt: skip
+    assert [(s.status, s.runaway.step if s.runaway else None) for s in restored] == [
+        ("not diverged", None), ("not diverged", 900),
+    ]  # fmt: skip
