@@ -173,7 +173,7 @@ def _outcomes(plt: Any, report: DigestSuiteReport, path: Path) -> Path:
         for i, seed in enumerate(seeds):
             at = y + 0.5 * (i - (len(seeds) - 1) / 2) / max(len(seeds), 2)
             colour = colours[seed.seed][0]
-            first = seed.cell.loss[0][0] if seed.cell.loss else 0
+            first = seed.cell.loss[0][0] if seed.cell.loss else _start(seed.cell)
             end = seed.step if seed.horizon is None else min(seed.step, seed.horizon)
             ax.plot([first, end], [at, at], color=colour, lw=1.2)
             ax.plot([end], [at], marker=_END_MARKER[seed.status], color=colour, ms=7,
@@ -273,6 +273,12 @@ def _variants(report: DigestSuiteReport) -> list[tuple[str, list[DigestCell]]]:
         label = cell.variant + (f" [{cell.point_label}]" if cell.point else "")
         out.setdefault(label, []).append(cell)
     return list(out.items())
+
+
+def _start(cell: DigestCell) -> int:
+    """Where a run without logged losses began: its branch step, else step 0."""
+    step = cell.meta.get("branch_step")
+    return step if isinstance(step, int) and cell.meta.get("branch_from") else 0
 
 
 def _seed_styles(cells: Sequence[DigestCell]) -> dict[int, tuple[str, str]]:

@@ -180,3 +180,13 @@ def test_the_outcome_rows_put_the_borrowed_reference_first_and_skip_the_branch_s
     assert [(s.status, s.runaway.step if s.runaway else None) for s in restored] == [
         ("not diverged", None), ("not diverged", 900),
     ]  # fmt: skip
+
+
+def test_a_run_without_logged_losses_starts_at_its_branch_step(tmp_path: Path, make) -> None:
+    from flashprobe.reporting.digest.figures import _start
+
+    branched = make.cell("score-fp32", 0, planned=3400)
+    branched["meta"].update(branch_from="paper-code", branch_step=500)
+    digest = make.digest(tmp_path / "d.json", [branched, make.cell("paper-code", 0)])
+    (loaded,) = load_digests([digest])
+    assert sorted(_start(c) for c in loaded.cells) == [0, 500]
