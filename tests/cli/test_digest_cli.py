@@ -54,7 +54,8 @@ def test_digest_then_report(run_cli, store: Path, tmp_path: Path) -> None:
         result = run_cli("digest-report", str(out), "--plot", str(figs), "--cell", "fa2:0")
         assert result.code == 0, result.err
         assert (figs / "cli-digest_fa2_seed0_spectral_norm.png").is_file()
-        assert result.err.count("wrote ") == 6
+        assert (figs / "cli-digest_outcomes.png").is_file()
+        assert result.err.count("wrote ") == 7
 
 
 def test_digest_bad_input(run_cli, store: Path, tmp_path: Path) -> None:
