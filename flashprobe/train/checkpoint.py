@@ -186,10 +186,16 @@ def _readable_safetensors(path: Path) -> bool:
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint folder `checkpoints/latest` names; None when it names no checkpoint
+    folder (missing, empty, not text, a path elsewhere)."""
     pointer = run_dir / CHECKPOINT_DIR / LATEST
-    if not pointer.is_file():
+    try:
+        name = pointer.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
         return None
-    path = run_dir / CHECKPOINT_DIR / pointer.read_text().strip()
+    if not _FOLDER.fullmatch(name):
+        return None
+    path = run_dir / CHECKPOINT_DIR / name
     return path if path.is_dir() else None
 
 

@@ -75,6 +75,23 @@ def test_digest_bad_input(run_cli, store: Path, tmp_path: Path) -> None:
     assert not (tmp_path / "x.json").exists()
 
 
+@pytest.mark.parametrize("pointer", [b"", b"\xff\xfe garbage"])
+def test_digest_of_a_store_with_a_damaged_latest_pointer(
+    run_cli, store: Path, tmp_path: Path, pointer: bytes
+) -> None:
+    """A `checkpoints/latest` that names no checkpoint is no checkpoint, not a traceback."""
+    import shutil
+
+    copy = tmp_path / "runs"
+    shutil.copytree(store, copy)
+    (latest,) = copy.glob("*/*/run/checkpoints/latest")
+    latest.write_bytes(pointer)
+    out = tmp_path / "d.json"
+    result = run_cli("digest", str(copy), str(out))
+    assert result.code == 0, result.err
+    assert json.loads(out.read_text())["cells"][0]["checkpoint_step"] is None
+
+
 def test_digest_report_bad_input(run_cli, tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")

@@ -99,3 +99,22 @@ def _flip_byte(path) -> None:
 
 def _truncate(path) -> None:
     path.write_bytes(path.read_bytes()[:-100])
+
+
+@pytest.mark.parametrize(
+    "pointer", [b"", b"\n", b"\xff\xfe\x00garbage", b"..\n", b"checkpoints\n", b"step_x\n"]
+)
+def test_a_latest_pointer_naming_no_checkpoint_is_none(run, pointer: bytes) -> None:
+    from flashprobe.train.checkpoint import latest_checkpoint
+
+    (run / "checkpoints" / "latest").write_bytes(pointer)
+    assert latest_checkpoint(run) is None
+
+
+def test_a_latest_pointer_that_is_a_folder_is_none(run) -> None:
+    from flashprobe.train.checkpoint import latest_checkpoint
+
+    (run / "checkpoints" / "latest").unlink()
+    (run / "checkpoints" / "latest").mkdir()
+    assert latest_checkpoint(run) is None
+    assert resume_point(run).step == 12
