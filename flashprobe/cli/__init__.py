@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import sys
 
 import typer
@@ -64,7 +65,8 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as exc:  # a full disk, a vanished folder: one line, not a traceback
         where = f": {exc.filename}" if exc.filename else ""
         typer.echo(f"flashprobe: error: {exc.strerror or exc}{where}", err=True)
-        raise SystemExit(1) from None
+        # A path too long to exist is a bad argument (exit 2), not a failed run.
+        raise SystemExit(2 if exc.errno == errno.ENAMETOOLONG else 1) from None
     except Exception as exc:
         # Typer vendors click in new releases and depends on it in old ones: match by shape.
         if type(exc).__name__ == "Exit":

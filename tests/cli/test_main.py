@@ -56,6 +56,25 @@ def test_an_os_error_is_one_line_exit_1(run_cli, monkeypatch, tmp_path) -> None:
     assert result.err.strip() == f"flashprobe: error: No space left on device: {tmp_path / 'x'}"
 
 
+@pytest.mark.parametrize("command", ["ablate", "spec", "report", "digest", "digest-report"])
+def test_a_path_too_long_is_bad_input_exit_2(run_cli, tmp_path, command: str) -> None:
+    """A file name over the system's limit (ENAMETOOLONG) is a bad argument, like a missing
+    file: one line, exit code 2, nothing written."""
+    long = str(tmp_path / ("a" * 300))
+    args = {
+        "ablate": ["--config", long + ".yaml", "--dry-run"],
+        "spec": ["--config", long + ".yaml"],
+        "report": [long],
+        "digest": [long, str(tmp_path / "d.json")],
+        "digest-report": [long + ".json"],
+    }[command]
+    result = run_cli(command, *args)
+    assert result.code == 2
+    assert result.err.startswith("flashprobe: error: File name too long")
+    assert len(result.err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("exit_code", [1, 130])
 def test_a_run_stopped_short_is_one_line_with_its_exit_code(
     run_cli, monkeypatch, tmp_path, exit_code: int
