@@ -25,6 +25,11 @@ from flashprobe.errors import FlashprobeError
 from flashprobe.spec import KernelSpec, make_spec, resolve_spec
 
 AttentionImpl = Literal["flashprobe", "sdpa", "math"]
+#: The most layers and heads a model may have: far beyond any model this trains (GPT-2 XL: 48
+#: layers, 25 heads), and small enough that resolving each layer's heads (a list per layer)
+#: stays instant; a typo such as n_layer: 1000000000 is refused at once instead of hanging.
+MAX_LAYERS = 1024
+MAX_HEADS = 1024
 
 
 # -- attention choice ----------------------------------------------------------------------------
@@ -125,6 +130,9 @@ class ModelConfig:
         check_fields(self, self.SECTION)
         for name in ("n_layer", "n_head", "n_embd", "block_size"):
             require(getattr(self, name) >= 1, f"model.{name} must be >= 1")
+        for name, most in (("n_layer", MAX_LAYERS), ("n_head", MAX_HEADS)):
+            value = getattr(self, name)
+            require(value <= most, f"model.{name} must be at most {most}, got {value}")
         require(
             self.n_embd % self.n_head == 0,
             f"model.n_embd ({self.n_embd}) must be a multiple of model.n_head ({self.n_head})",

@@ -66,6 +66,7 @@ def with_base(**sections):
         ({**TINY, "variants": {"x": {"kernel": {"softmax": "fast"}}}}, (), "variant 'x': kernel:"),
         (with_base(train={"steps": "ten"}), (), "train.steps must be an integer"),
         (TINY, ("--set", "optimizer.lr=-1"), "optimizer.lr must be > 0"),
+        (TINY, ("--set", "model.n_layer=1000000000"), "model.n_layer must be at most 1024"),
         (TINY, ("--set", "train.device=cuda"), "no CUDA GPU"),
         (TINY, ("--set", "model.attention.backend=triton"), "backend triton needs a CUDA GPU"),
         (with_base(data={"source": "bin", "path": "/nonexistent/owt"}), (), "data.path"),

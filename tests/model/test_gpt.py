@@ -152,6 +152,8 @@ def test_real_flashprobe_attention_trains_under_cpu_autocast() -> None:
         ({"layers": {0: {"heads": {9: {"impl": "sdpa"}}}}}, "head 9 out of range"),
         ({"attention": {"spec": {"beta": 0.5}}}, "model.attention.spec: beta"),
         ({"n_layer": "six"}, "model.n_layer must be an integer"),
+        ({"n_layer": 4096}, "model.n_layer must be at most 1024, got 4096"),
+        ({"n_head": 4096, "n_embd": 4096}, "model.n_head must be at most 1024, got 4096"),
         ({"colour": 1}, "unknown key model.colour"),
     ],
 )
