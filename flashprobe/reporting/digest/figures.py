@@ -23,9 +23,9 @@ Per replayed run (its digest holds its δ replay):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
-import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from flashprobe.reporting.digest.outcomes import (
     DIVERGED,
     NO_OUTCOME,
     NOT_DIVERGED,
-    SeedOutcome,
+    VariantOutcome,
     is_branch_stub,
     seed_outcome,
 )
@@ -148,28 +148,28 @@ def _per_variant(
 _END_MARKER = {DIVERGED: "X", NOT_DIVERGED: "o", NO_OUTCOME: "|"}
 
 
-def outcome_rows(report: DigestSuiteReport) -> list[tuple[str, list[SeedOutcome]]]:
-    """(row label, its seeds' outcomes) per variant and grid point, the reference first; a
-    branch source trained only to its branch step is no row (its borrowed full runs are)."""
+def outcome_rows(report: DigestSuiteReport) -> list[tuple[str, VariantOutcome]]:
+    """(row label, its outcome) per variant and grid point, the reference first; a branch
+    source trained only to its branch step is no row (its borrowed full runs are)."""
     rows = []
     for o in report.outcomes:
-        seeds = [s for s in o.seeds if not is_branch_stub(s.cell, report.branch)]
+        seeds = tuple(s for s in o.seeds if not is_branch_stub(s.cell, report.branch))
         if not seeds:
             continue
         label = o.variant + (f" [{o.point}]" if o.point else "")
         if o.suite != report.suite:
             label += f" (suite {o.suite})"
-        rows.append((label, seeds))
+        rows.append((label, dataclasses.replace(o, seeds=seeds)))
     return rows
 
 
 def _outcomes(plt: Any, report: DigestSuiteReport, path: Path) -> Path:
     """A row per variant, a line per seed from its first logged step to its end."""
     rows = outcome_rows(report)
-    cells = [s.cell for _, seeds in rows for s in seeds]
-    colours = _seed_styles(cells)
+    colours = _seed_styles([s.cell for _, o in rows for s in o.seeds])
     fig, ax = plt.subplots(figsize=(9.5, 0.42 * len(rows) + 1.6))
-    for y, (_, seeds) in enumerate(rows):
+    for y, (_, outcome) in enumerate(rows):
+        seeds = outcome.seeds
         for i, seed in enumerate(seeds):
             at = y + 0.5 * (i - (len(seeds) - 1) / 2) / max(len(seeds), 2)
             colour = colours[seed.seed][0]
@@ -184,12 +184,10 @@ def _outcomes(plt: Any, report: DigestSuiteReport, path: Path) -> Path:
         ax.axvline(report.horizon, color="grey", ls="--", lw=0.8)
     ax.set_yticks(range(len(rows)), [label for label, _ in rows], fontsize=7)
     ax.set_ylim(len(rows) - 0.5, -0.5)  # the reference on top
-    for y, (_, seeds) in enumerate(rows):
-        diverged = [s.step for s in seeds if s.status == DIVERGED]
-        n = sum(s.status != NO_OUTCOME for s in seeds)
-        median = f", median {statistics.median(diverged):,.0f}" if diverged else ""
-        ax.annotate(f"{len(diverged)}/{n}{median}", (1.01, y), xycoords=("axes fraction", "data"),
-                    va="center", fontsize=7)  # fmt: skip
+    for y, (_, o) in enumerate(rows):
+        median = "" if o.median_step is None else f", median {o.median_step:,.0f}"
+        ax.annotate(f"{len(o.diverged)}/{o.n}{median}", (1.01, y),
+                    xycoords=("axes fraction", "data"), va="center", fontsize=7)  # fmt: skip
     _step_axis(ax, fontsize=8)
     ax.tick_params(axis="x", labelsize=7)
     ax.grid(axis="x", alpha=0.3)

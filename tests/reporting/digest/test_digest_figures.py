@@ -174,10 +174,10 @@ def test_the_outcome_rows_put_the_borrowed_reference_first_and_skip_the_branch_s
     rows = outcome_rows(report)
     assert [label for label, _ in rows] == ["paper-code (suite quick)", "score-fp32"]
     (_, reference), (_, restored) = rows
-    assert [(s.seed, s.status, s.step) for s in reference] == [
+    assert [(s.seed, s.status, s.step) for s in reference.seeds] == [
         (0, "diverged", 1400), (1, "diverged", 1401),
     ]  # fmt: skip
-    assert [(s.status, s.runaway.step if s.runaway else None) for s in restored] == [
+    assert [(s.status, s.runaway.step if s.runaway else None) for s in restored.seeds] == [
         ("not diverged", None), ("not diverged", 900),
     ]  # fmt: skip
 
