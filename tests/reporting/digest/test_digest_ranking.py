@@ -12,7 +12,7 @@ import pytest
 from flashprobe.attribution.ranking import fisher_exact
 from flashprobe.errors import FlashprobeError
 from flashprobe.reporting.digest.report import build_digest_reports, load_digests
-from flashprobe.reporting.digest.tables import render_digest_reports
+from flashprobe.reporting.digest.tables import RANKING_COLS, render_digest_reports
 from flashprobe.spec import make_spec
 from flashprobe.suites.cell_config import resolve_cell_config
 from flashprobe.suites.declared import declared_config
@@ -225,6 +225,23 @@ def test_rendered_markdown_text_and_json(tmp_path: Path, make) -> None:
     assert row["design"] == "add" and row["failed_seeds"] == [0, 1, 2]
     assert row["failure_steps"] == {"0": 2000, "1": 2400, "2": 2200} and row["steps_median"] == 2200
     assert row["rate_lo"] is not None and row["reading"].startswith("fa2-acc-bf16: adding")
+
+
+def test_a_median_step_between_two_seeds_shows_its_half_step(
+    tmp_path: Path, make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two failed seeds: the median step is their mean, 2178.5 (not 2.18e+03)."""
+    kernel, _ = ATTR["pbar-fp32"]
+    monkeypatch.setitem(ATTR, "pbar-fp32", (kernel, (1493, 2864, None)))
+    report = _report(tmp_path, make)
+    rows = {r["variant"]: r for r in report.ranking.rows}
+    assert rows["pbar-fp32"]["steps_median"] == 2178.5
+    section = render_digest_reports([report], "markdown").split("## Ranking", 1)[1]
+    (line,) = [x for x in section.splitlines() if x.startswith("| ") and " pbar-fp32 " in x]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[RANKING_COLS.index("median step")] == "2178.5"
+    text = render_digest_reports([report], "text").split("Ranking", 1)[1].split("Spectral")[0]
+    assert "2178.5" in text and "e+03" not in text
 
 
 def test_safe_given_and_no_replay(tmp_path: Path, make) -> None:

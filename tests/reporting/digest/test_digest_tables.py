@@ -118,3 +118,30 @@ def test_old_digests_render_without_a_replay_section(tmp_path: Path, make) -> No
     assert "| 0: no outcome (cut at ≥2300); 1: no outcome (cut at ≥2300); 2: no outcome" in text
     assert json.loads(render_digest_reports(reports, "json"))[0]["replay"] == []
     assert render_digest_reports(reports, "text")
+
+
+# -- steps ----------------------------------------------------------------------------------
+def test_median_steps_show_whole_or_half_steps_never_in_e_notation(tmp_path: Path, make) -> None:
+    """A median of an even number of divergence steps can end in .5: it shows as 2178.5 (as
+    1659 when whole), not with three significant digits (2.18e+03), and a long run's median in
+    the control check keeps its .5 (`:g` printed 123456.5 as 123456)."""
+    steps = 300_000
+    digest = make.digest(tmp_path / "d.json", [
+        make.cell("paper-code", 0, planned=steps, diverged=123_456),
+        make.cell("paper-code", 1, planned=steps, diverged=123_457),
+        make.cell("o-fp32", 0, planned=steps, diverged=2864),
+        make.cell("o-fp32", 1, planned=steps),
+        make.cell("o-fp32", 2, planned=steps, diverged=1493),
+        make.cell("fa2", 0, planned=steps, diverged=1659),
+    ])  # fmt: skip
+    (report,) = build_digest_reports(load_digests([digest]), reference="paper-code")
+    text = render_digest_reports([report], "markdown")
+    (outcomes,) = _tables(text, "## Outcomes")
+    median = {row["variant"]: row["median divergence step"] for row in outcomes}
+    assert median == {"paper-code": "123456.5", "o-fp32": "2178.5", "fa2": "1659"}
+    control = text.split("## Control check", 1)[1]
+    assert "paper-code: median divergence step 123456.5 (diverged seeds" in control
+    assert "twice 246913." in control
+    (checks,) = _tables(text, "## Control check")
+    assert {row["bound (steps)"] for row in checks} == {"246913"}
+    assert "e+0" not in render_digest_reports([report], "text")
