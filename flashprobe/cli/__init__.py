@@ -62,6 +62,10 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         typer.echo("flashprobe: interrupted", err=True)
         raise SystemExit(130) from None
+    except IsADirectoryError as exc:  # a folder where a file is read or written: bad input
+        # os.replace(tmp, path) names the temporary file first and the folder second
+        path = exc.filename2 or exc.filename
+        error(f"{path} is a folder, not a file" if path else f"{exc.strerror or exc}")
     except OSError as exc:  # a full disk, a vanished folder: one line, not a traceback
         where = f": {exc.filename}" if exc.filename else ""
         typer.echo(f"flashprobe: error: {exc.strerror or exc}{where}", err=True)

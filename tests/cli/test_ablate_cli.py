@@ -637,6 +637,15 @@ def test_a_file_where_the_suite_folder_goes_exits_2(tmp_path, run_cli) -> None:
     one_line_error(run_cli("ablate", "-c", "/dev/null"), "not a regular file")
 
 
+def test_a_folder_where_the_suite_file_goes_exits_2_before_training(tmp_path, run_cli) -> None:
+    config, store = write(tmp_path, TINY), tmp_path / "store"
+    (store / "tiny" / "suite.json" / "kept").mkdir(parents=True)
+    result = run_cli("ablate", "-c", config, "--store", str(store))
+    one_line_error(result, f"{store / 'tiny' / 'suite.json'} is a folder, not a file")
+    left = sorted(str(p.relative_to(store)) for p in store.rglob("*"))
+    assert left == ["tiny", "tiny/suite.json", "tiny/suite.json/kept"]  # no cell, no temp file
+
+
 def test_report_before_the_safe_variant_has_run_keeps_the_add_design(tmp_path, run_cli) -> None:
     """replay.safe declared but not run yet (a device session runs variants in turn): the add
     variant is still an add of one component, unjudged, not a restore of many."""

@@ -75,6 +75,31 @@ def test_a_path_too_long_is_bad_input_exit_2(run_cli, tmp_path, command: str) ->
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("replacing", [False, True])
+def test_a_folder_where_a_file_goes_is_bad_input_exit_2(
+    run_cli, monkeypatch, tmp_path, replacing: bool
+) -> None:
+    """IsADirectoryError, from open() on a folder or from os.replace(tmp, folder) (which names
+    the temporary file first): one line naming the folder, exit code 2."""
+    import errno
+
+    from flashprobe.reporting import report
+
+    folder = tmp_path / "summary.json"
+    folder.mkdir()
+
+    def on_a_folder(*args, **kwargs):
+        if replacing:  # as os.replace reports it
+            tmp = str(tmp_path / ".summary.json.x.tmp")
+            raise OSError(errno.EISDIR, "Is a directory", tmp, None, str(folder))
+        folder.read_text()
+
+    monkeypatch.setattr(report, "build_reports", on_a_folder)
+    result = run_cli("report", str(tmp_path))
+    assert result.code == 2
+    assert result.err == f"flashprobe: error: {folder} is a folder, not a file\n"
+
+
 @pytest.mark.parametrize("exit_code", [1, 130])
 def test_a_run_stopped_short_is_one_line_with_its_exit_code(
     run_cli, monkeypatch, tmp_path, exit_code: int

@@ -76,6 +76,19 @@ def test_replay_then_report(run_cli, tmp_path) -> None:
     assert pooled.out.startswith("suite,switch,value,same_split,variants,failed,seeds")
 
 
+def test_a_folder_where_replay_json_goes_is_one_line_exit_2(run_cli, tmp_path) -> None:
+    root = fixtures.make_store(tmp_path)
+    cell = sorted((root / "planted").glob("baseline--*"))[0]
+    (cell / "replay.json").mkdir()
+    result = run_cli("replay", str(root), "--baseline", "baseline")
+    assert result.code == 2 and "Traceback" not in result.err  # after the progress lines:
+    assert result.err.strip().splitlines()[-1] == (
+        f"flashprobe: error: {cell / 'replay.json'} is a folder, not a file"
+    )
+    assert list((cell / "replay.json").iterdir()) == []
+    assert not list(cell.glob(".replay.json.*"))  # no temporary file left
+
+
 def test_plot_without_matplotlib(run_cli, tmp_path, monkeypatch) -> None:
     root = fixtures.make_store(tmp_path)
     real_import = builtins.__import__
