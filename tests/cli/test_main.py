@@ -75,6 +75,36 @@ def test_a_path_too_long_is_bad_input_exit_2(run_cli, tmp_path, command: str) ->
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    "command",
+    ["ablate", "spec", "digest", "digest-merge", "digest-report", "logit-scale"],
+)
+def test_every_file_argument_that_is_a_folder_is_bad_input_exit_2(
+    run_cli, tmp_path, command: str
+) -> None:
+    """A folder given where a file is read or written: one line naming it, exit code 2, the
+    folder left as it was (replay's --variants-from reads as logit-scale's)."""
+    folder = tmp_path / "folder"
+    (folder / "kept").mkdir(parents=True)
+    store = tmp_path / "store"  # an empty store (digest)
+    store.mkdir()
+    args = {
+        "ablate": ["--config", str(folder), "--dry-run"],
+        "spec": ["--config", str(folder)],
+        "digest": [str(store), str(folder)],
+        "digest-merge": [str(tmp_path / "merged.json"), str(folder), str(folder)],
+        "digest-report": [str(folder)],
+        "logit-scale": ["--seq", "16", "--variants-from", str(folder)],
+    }[command]
+    result = run_cli(command, *args)
+    assert result.code == 2, result.err
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("flashprobe: error: "), result.err
+    assert str(folder) in lines[0] and "folder" in lines[0].replace(str(folder), "")
+    assert [p.name for p in folder.iterdir()] == ["kept"]
+    assert not (tmp_path / "merged.json").exists()
+
+
 @pytest.mark.parametrize("replacing", [False, True])
 def test_a_folder_where_a_file_goes_is_bad_input_exit_2(
     run_cli, monkeypatch, tmp_path, replacing: bool
