@@ -23,5 +23,5 @@ echo "ablate exit $?" >>"$OUT/train.log"
 tail -q -n 12 "$STORE/$NAME"/logs/shard-*.log >>"$OUT/train.log" 2>/dev/null
 timeout "${REPLAY_LIMIT:-60}" python3 -m flashprobe replay "$STORE" --suite "$NAME" >"$OUT/replay.log" 2>&1
 python3 -m flashprobe report "$STORE" --suite "$NAME" --format markdown >"$OUT/report.md" 2>&1
-python3 -m flashprobe report "$STORE" --suite "$NAME" --plot "$OUT/plots" >/dev/null 2>&1
+python3 -m flashprobe report "$STORE" --suite "$NAME" --plot "$OUT/plots" --force >/dev/null 2>&1
 python3 -m flashprobe digest "$STORE" "$OUT/$NAME.json"

@@ -98,7 +98,15 @@ def digest_report_command(
         help="The ranking's add-design reference (default: the suite's replay.safe, else a "
         "variant named safe / fp32 or with the fp32 kernel, as `flashprobe report`).",
     ),
-    plot: Path | None = typer.Option(None, "--plot", help="Write PNG figures into this folder."),
+    plot: Path | None = typer.Option(
+        None,
+        "--plot",
+        help="Write PNG figures into this folder (<suite>_<figure>.png). Refused before any "
+        "is written when a figure of the same name is already there, unless --force.",
+    ),
+    force: bool = typer.Option(
+        False, "--force", help="With --plot: replace figures of the same name in the folder."
+    ),
     fmt: str = typer.Option("markdown", "--format", help="markdown, text or json."),
 ) -> None:
     """Report digests of several device sessions: per variant seeds, diverged, divergence
@@ -117,6 +125,8 @@ def digest_report_command(
 
       flashprobe digest-report *.json --suite quick --horizon 3000 --plot figures/
 
+      flashprobe digest-report *.json --plot figures/ --force
+
       flashprobe digest-report quick.json --cell fa2:0 --cell paper-code:0 --rise-from 500
     """
     from flashprobe.reporting.digest.report import build_digest_reports, load_digests
@@ -127,6 +137,8 @@ def digest_report_command(
         raise FlashprobeError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if horizon is not None and horizon < 1:
         raise FlashprobeError(f"--horizon must be a step count >= 1, got {horizon}")
+    if force and plot is None:
+        raise FlashprobeError("--force applies to --plot only")
     rule = RiseRule(factor=rise_factor, reference_step=rise_from)
     if plot is not None:
         from flashprobe.reporting.atomic import check_output_folder
@@ -143,6 +155,12 @@ def digest_report_command(
         chosen=cells or (),
         safe=safe,
     )
+    if plot is not None and not force:
+        from flashprobe.reporting.atomic import check_new_files
+        from flashprobe.reporting.digest.figures import figure_paths
+
+        figures = [path for report in reports for path in figure_paths(report, plot)]
+        check_new_files(figures, "--force replaces it")
     typer.echo(render_digest_reports(reports, fmt))
     if plot is not None:
         from flashprobe.reporting.digest.figures import write_figures

@@ -22,7 +22,15 @@ def report_command(
         "--table",
         help="With --format csv: summary, ranking (default), pooled, metrics or hotspots.",
     ),
-    plot: Path | None = typer.Option(None, "--plot", help="Write PNG figures into this folder."),
+    plot: Path | None = typer.Option(
+        None,
+        "--plot",
+        help="Write PNG figures into this folder (<suite>_<figure>.png). Refused before any "
+        "is written when a figure of the same name is already there, unless --force.",
+    ),
+    force: bool = typer.Option(
+        False, "--force", help="With --plot: replace figures of the same name in the folder."
+    ),
     baseline: str | None = typer.Option(
         None,
         "--baseline",
@@ -86,6 +94,8 @@ def report_command(
 
       flashprobe report runs --plot figures/
 
+      flashprobe report runs --plot figures/ --force
+
       flashprobe report runs --failure logit-runaway --logit-limit 1000 --failure-layer 1
 
       flashprobe report runs --suite quick --horizon 2500
@@ -107,6 +117,8 @@ def report_command(
         raise FlashprobeError(f"--top must be >= 0, got {top}")
     if horizon is not None and horizon < 1:
         raise FlashprobeError(f"--horizon must be a step count >= 1, got {horizon}")
+    if force and plot is None:
+        raise FlashprobeError("--force applies to --plot only")
     if plot is not None:
         from flashprobe.reporting.atomic import check_output_folder
         from flashprobe.reporting.plots import require_matplotlib
@@ -124,6 +136,12 @@ def report_command(
     reports = build_reports(
         store, suite, baseline=baseline, safe=safe, top=top, failure=rule, horizon=horizon
     )
+    if plot is not None and not force:
+        from flashprobe.reporting.atomic import check_new_files
+        from flashprobe.reporting.plots import figure_paths
+
+        figures = [path for report in reports for path in figure_paths(report, plot)]
+        check_new_files(figures, "--force replaces it")
     typer.echo(render_reports(reports, fmt, table, wide=wide))
     if plot is not None:
         from flashprobe.reporting.plots import write_plots

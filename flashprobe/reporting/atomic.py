@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from flashprobe.errors import FlashprobeError
@@ -57,6 +58,14 @@ def write_text_new(path: Path, text: str) -> None:
     if path.exists():
         raise FlashprobeError(f"{path} exists; refusing to overwrite it")
     write_text_atomic(path, text)
+
+
+def check_new_files(paths: Iterable[Path], replace: str) -> None:
+    """Refuse, before writing any of them, files of which one is there already (a file, a
+    folder or a link): one line naming the first, saying how to `replace` them."""
+    for path in paths:
+        if os.path.lexists(path):
+            raise FlashprobeError(f"{path} exists; refusing to overwrite it ({replace})")
 
 
 def check_output_folder(path: Path, what: str) -> None:

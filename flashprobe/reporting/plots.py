@@ -39,6 +39,20 @@ def require_matplotlib() -> Any:
     return plt
 
 
+FIGURES = ("loss", "spectral", "delta_cumsum", "ties", "logits")
+
+
+def figure_path(out_dir: Path, suite: str, figure: str) -> Path:
+    """The file of one figure: <suite>_<figure>.png."""
+    return out_dir / f"{suite}_{figure}.png"
+
+
+def figure_paths(report: Any, out_dir: Path) -> list[Path]:
+    """Every file write_plots may write for the report (some only when the runs recorded what
+    they show): what `--plot` refuses to overwrite."""
+    return [figure_path(out_dir, report.suite, figure) for figure in FIGURES]
+
+
 def write_plots(report: Any, out_dir: Path) -> list[Path]:
     """Write one suite report's figures into out_dir; returns the files written."""
     plt = require_matplotlib()
@@ -49,7 +63,6 @@ def write_plots(report: Any, out_dir: Path) -> list[Path]:
     rank = {v: i for i, v in enumerate(variants)}
     colours = {v: f"C{i % 10}" for i, v in enumerate(variants)}
     styles = seed_styles(cells)
-    prefix = out_dir / report.suite
     written = []
 
     # The loss, and under it the gradient norm: a slow blow-up short of the loss rule shows there.
@@ -76,7 +89,7 @@ def write_plots(report: Any, out_dir: Path) -> list[Path]:
         grad_ax.set_yscale("log")
     title = f"gradient norm (○ = runaway: ≥ {RUNAWAY_FACTOR:g}× its earlier median)"
     _finish(grad_ax, "step", "gradient norm", title)
-    written.append(_save(fig, plt, Path(f"{prefix}_loss.png")))
+    written.append(_save(fig, plt, figure_path(out_dir, report.suite, "loss")))
 
     spectral = _mean_series(cells, metrics, _spectral_values)
     layers = sorted({layer for (_, layer, _) in spectral})
@@ -89,7 +102,7 @@ def write_plots(report: Any, out_dir: Path) -> list[Path]:
         for row in axes:
             for ax in row:
                 _finish(ax, "step", "spectral norm", None)
-        written.append(_save(fig, plt, Path(f"{prefix}_spectral.png")))
+        written.append(_save(fig, plt, figure_path(out_dir, report.suite, "spectral")))
 
     if report.hotspots:
         hot = report.hotspots[0]
@@ -113,7 +126,7 @@ def write_plots(report: Any, out_dir: Path) -> list[Path]:
         ax.axhline(0, color="grey", lw=0.5)
         title = f"cumulative δ error, layer {hot['layer']} head {hot['head']}"
         _finish(ax, "captured step", "Σ_steps Σ_tokens (δ − δ_fp64)", title)
-        written.append(_save(fig, plt, Path(f"{prefix}_delta_cumsum.png")))
+        written.append(_save(fig, plt, figure_path(out_dir, report.suite, "delta_cumsum")))
 
     panels = (
         (_tie_values, ("tie_events", "p_bar_ones"), "count (all layers and heads)", False, "ties",
@@ -133,7 +146,7 @@ def write_plots(report: Any, out_dir: Path) -> list[Path]:
             if log:
                 ax.set_yscale("log")
             _finish(ax, "step", ylabel, title)
-        written.append(_save(fig, plt, Path(f"{prefix}_{name}.png")))
+        written.append(_save(fig, plt, figure_path(out_dir, report.suite, name)))
     return written
 
 

@@ -92,6 +92,34 @@ def test_digest_of_a_store_with_a_damaged_latest_pointer(
     assert json.loads(out.read_text())["cells"][0]["checkpoint_step"] is None
 
 
+def test_digest_report_plots_never_overwrite_a_figure_unless_forced(
+    run_cli, store: Path, tmp_path: Path
+) -> None:
+    """A figure of the same name already in the --plot folder: refused before anything is
+    written (one line naming it, exit 2, no report printed); --force replaces the figures."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "d.json"
+    assert run_cli("digest", str(store), str(out)).code == 0
+    figs = tmp_path / "figs"
+    figs.mkdir()
+    late = figs / "cli-digest_fa2_seed0_spectral_norm.png"  # a per-run figure: written late
+    late.write_bytes(b"theirs")
+    args = ("digest-report", str(out), "--cell", "fa2:0", "--plot", str(figs))
+    result = run_cli(*args)
+    assert result.code == 2 and result.out == ""
+    assert result.err == (
+        f"flashprobe: error: {late} exists; refusing to overwrite it (--force replaces it)\n"
+    )
+    assert [p.name for p in figs.iterdir()] == [late.name] and late.read_bytes() == b"theirs"
+    result = run_cli(*args, "--force")
+    assert result.code == 0, result.err
+    assert result.err.count("wrote ") == 7 and late.read_bytes()[:4] == b"\x89PNG"
+    result = run_cli(*args)
+    assert result.code == 2 and f"{figs / 'cli-digest_loss_grad_norm.png'} exists" in result.err
+    result = run_cli("digest-report", str(out), "--force")
+    assert result.code == 2 and result.err == "flashprobe: error: --force applies to --plot only\n"
+
+
 def test_digest_report_bad_input(run_cli, tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")

@@ -115,6 +115,39 @@ def test_plots_are_written(run_cli, tmp_path) -> None:
     assert "planted_loss.png" in names and "planted_delta_cumsum.png" in names
 
 
+def test_plots_never_overwrite_a_figure_unless_forced(run_cli, tmp_path) -> None:
+    """A figure of the same name already in the --plot folder: refused before anything is
+    written (one line naming it, exit 2, no report printed); --force replaces the figures."""
+    pytest.importorskip("matplotlib")
+    root = fixtures.make_store(tmp_path)
+    assert run_cli("replay", str(root)).code == 0
+    fig = tmp_path / "fig"
+    fig.mkdir()
+    theirs = {"planted_delta_cumsum.png": b"theirs", "notes.png": b"notes"}  # written 2nd; other
+    for name, blob in theirs.items():
+        (fig / name).write_bytes(blob)
+    result = run_cli("report", str(root), "--plot", str(fig))
+    assert result.code == 2 and result.out == ""
+    assert result.err == (
+        f"flashprobe: error: {fig / 'planted_delta_cumsum.png'} exists; refusing to overwrite "
+        "it (--force replaces it)\n"
+    )
+    assert {p.name: p.read_bytes() for p in fig.iterdir()} == theirs  # planted_loss.png unwritten
+    result = run_cli("report", str(root), "--plot", str(fig), "--force")
+    assert result.code == 0, result.err
+    figures = sorted(p.name for p in fig.glob("planted_*.png"))
+    assert result.err.count("wrote ") == len(figures) and "planted_loss.png" in figures
+    assert (fig / "planted_delta_cumsum.png").read_bytes()[:4] == b"\x89PNG"
+    for name in figures:
+        (fig / name).write_bytes(b"old")
+    result = run_cli("report", str(root), "--plot", str(fig))
+    assert result.code == 2 and f"{fig / 'planted_loss.png'} exists" in result.err
+    assert {(fig / name).read_bytes() for name in figures} == {b"old"}
+    assert (fig / "notes.png").read_bytes() == b"notes"
+    result = run_cli("report", str(root), "--force")
+    assert result.code == 2 and result.err == "flashprobe: error: --force applies to --plot only\n"
+
+
 def test_smoke_suite_ablate_then_report(run_cli, tmp_path) -> None:
     store = str(tmp_path / "runs")
     result = run_cli("ablate", "--config", str(SMOKE), "--store", store)

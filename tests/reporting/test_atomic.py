@@ -6,7 +6,12 @@ import stat
 import pytest
 
 from flashprobe.errors import FlashprobeError
-from flashprobe.reporting.atomic import check_output_folder, write_text_atomic, write_text_new
+from flashprobe.reporting.atomic import (
+    check_new_files,
+    check_output_folder,
+    write_text_atomic,
+    write_text_new,
+)
 
 
 def test_atomic_write_replaces_and_leaves_no_temp(tmp_path) -> None:
@@ -46,3 +51,18 @@ def test_check_output_folder_creates_nothing(tmp_path) -> None:
     for bad in (tmp_path / "file", tmp_path / "file" / "sub"):
         with pytest.raises(FlashprobeError, match="is not a folder"):
             check_output_folder(bad, "--plot")
+
+
+def test_check_new_files_names_the_first_that_is_there(tmp_path) -> None:
+    paths = [tmp_path / name for name in ("a.png", "b.png", "c.png", "d.png")]
+    check_new_files(paths, "--force replaces it")
+    paths[1].mkdir()  # a folder, or a link to nothing, is there too
+    paths[2].symlink_to(tmp_path / "nowhere")
+    paths[3].write_bytes(b"x")
+    message = f"{paths[1]} exists; refusing to overwrite it (--force replaces it)"
+    with pytest.raises(FlashprobeError) as refused:
+        check_new_files(paths, "--force replaces it")
+    assert str(refused.value) == message
+    paths[1].rmdir()
+    with pytest.raises(FlashprobeError, match=r"c\.png exists"):
+        check_new_files(paths, "--force replaces it")

@@ -76,3 +76,18 @@ def test_the_loss_figure_shows_the_gradient_norm_and_marks_a_runaway(tmp_path, m
     marks = [line for line in grad_ax.get_lines() if line.get_marker() == "o"]
     assert [(list(m.get_xdata()), list(m.get_ydata())) for m in marks] == [([120], [50.0])]
     assert loss_ax.get_ylabel() == "training loss"
+
+
+def test_every_figure_written_is_one_figure_paths_names(tmp_path) -> None:
+    """`report --plot` refuses to overwrite the files figure_paths names: every file
+    write_plots writes must be one of them."""
+    from flashprobe.attribution.replay import replay_suites
+
+    root = fixtures.make_store(tmp_path / "store")
+    list(replay_suites(root, baseline="baseline"))  # the delta_cumsum figure needs a replay
+    (report,) = build_reports(root)
+    out = tmp_path / "fig"
+    written = plots.write_plots(report, out)
+    assert {p.name for p in written} >= {"planted_loss.png", "planted_delta_cumsum.png"}
+    assert set(written) <= set(plots.figure_paths(report, out))
+    assert sorted(out.iterdir()) == sorted(written)

@@ -48,27 +48,54 @@ PANELS_PER_ROW = 4
 Series = list[tuple[int, float]]
 
 
+SUITE_FIGURES = ("loss_grad_norm", "max_logit", "tie_counts", "outcomes", "softmax_sum_bias")
+CHOSEN_FIGURES = ("spectral_norm", "attention_per_layer")  # per chosen run
+REPLAYED_FIGURES = ("delta_running_sum",)  # per replayed run
+
+
+def figure_path(
+    out_dir: Path, report: DigestSuiteReport, figure: str, cell: DigestCell | None = None
+) -> Path:
+    """The file of one figure: <suite>_<figure>.png, or <suite>_<run>_<figure>.png of a run."""
+    name = _safe(report.suite)
+    if cell is not None:
+        name += f"_{_safe(_cell_name(cell))}"
+    return out_dir / f"{name}_{figure}.png"
+
+
+def figure_paths(report: DigestSuiteReport, out_dir: Path) -> list[Path]:
+    """Every file write_figures may write for the report (some only when the runs recorded
+    what they show): what `--plot` refuses to overwrite."""
+    paths = [figure_path(out_dir, report, f) for f in SUITE_FIGURES]
+    paths += [figure_path(out_dir, report, f, c) for c in report.chosen for f in CHOSEN_FIGURES]
+    paths += [figure_path(out_dir, report, f, c) for c in report.replayed for f in REPLAYED_FIGURES]
+    return paths
+
+
 def write_figures(report: DigestSuiteReport, out_dir: Path) -> list[Path]:
     """Write the suite's figures into out_dir (created); returns the files written."""
     plt = require_matplotlib()
     out_dir.mkdir(parents=True, exist_ok=True)
-    prefix = _safe(report.suite)
     horizon = report.horizon
+
+    def png(figure: str, cell: DigestCell | None = None) -> Path:
+        return figure_path(out_dir, report, figure, cell)
+
     written = [
         _per_variant(
-            plt, report, out_dir / f"{prefix}_loss_grad_norm.png",
+            plt, report, png("loss_grad_norm"),
             [("training loss", False, lambda c: _loss(c, horizon, 1)),
              ("gradient norm", True, lambda c: _loss(c, horizon, 2))],
             "loss and gradient norm",
         ),
         _per_variant(
-            plt, report, out_dir / f"{prefix}_max_logit.png",
+            plt, report, png("max_logit"),
             [("max attention logit", True,
               lambda c: att.max_series(att.records_until(c, horizon), "max_logit"))],
             "largest attention logit over layers and heads",
         ),
         _per_variant(
-            plt, report, out_dir / f"{prefix}_tie_counts.png",
+            plt, report, png("tie_counts"),
             [("tie events (all layers)", False,
               lambda c: att.total_series(att.records_until(c, horizon), "tie_events")),
              ("P̄ = 1 entries (all layers)", False,
@@ -76,22 +103,20 @@ def write_figures(report: DigestSuiteReport, out_dir: Path) -> list[Path]:
             "tie events and P̄ = 1 entries, summed over layers and heads",
         ),
     ]  # fmt: skip
-    written.append(_outcomes(plt, report, out_dir / f"{prefix}_outcomes.png"))
-    path = _sum_bias_by_outcome(plt, report, out_dir / f"{prefix}_softmax_sum_bias.png")
+    written.append(_outcomes(plt, report, png("outcomes")))
+    path = _sum_bias_by_outcome(plt, report, png("softmax_sum_bias"))
     if path is not None:
         written.append(path)
     for cell in report.chosen:
-        name = f"{prefix}_{_safe(_cell_name(cell))}"
         rises = [r for r in report.rises if r.cell is cell]
-        path = _spectral_heatmap(plt, cell, rises, horizon, out_dir / f"{name}_spectral_norm.png")
+        path = _spectral_heatmap(plt, cell, rises, horizon, png("spectral_norm", cell))
         if path is not None:
             written.append(path)
-        path = _attention_layers(plt, cell, horizon, out_dir / f"{name}_attention_per_layer.png")
+        path = _attention_layers(plt, cell, horizon, png("attention_per_layer", cell))
         if path is not None:
             written.append(path)
     for cell in report.replayed:
-        name = f"{prefix}_{_safe(_cell_name(cell))}"
-        path = _delta_running_sum(plt, cell, out_dir / f"{name}_delta_running_sum.png")
+        path = _delta_running_sum(plt, cell, png("delta_running_sum", cell))
         if path is not None:
             written.append(path)
     return written

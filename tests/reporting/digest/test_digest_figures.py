@@ -190,3 +190,21 @@ def test_a_run_without_logged_losses_starts_at_its_branch_step(tmp_path: Path, m
     digest = make.digest(tmp_path / "d.json", [branched, make.cell("paper-code", 0)])
     (loaded,) = load_digests([digest])
     assert sorted(_start(c) for c in loaded.cells) == [0, 500]
+
+
+def test_every_figure_written_is_one_figure_paths_names(
+    tiny_store: Path, replayed_store: Path, tmp_path: Path
+) -> None:
+    """`digest-report --plot` refuses to overwrite the files figure_paths names: every file
+    write_figures writes, per chosen and per replayed run too, must be one of them."""
+    from flashprobe.reporting.digest.figures import figure_paths, write_figures
+
+    for store, reference in ((tiny_store, "touchy"), (replayed_store, "touchy")):
+        digest = tmp_path / f"{store.parent.name}.json"
+        write_digest(store, digest)
+        (report,) = build_digest_reports(load_digests([digest]), reference=reference)
+        out = tmp_path / store.parent.name
+        written = write_figures(report, out)
+        assert set(written) <= set(figure_paths(report, out))
+        assert sorted(out.iterdir()) == sorted(written)
+        assert any("_seed0_" in p.name for p in written)
