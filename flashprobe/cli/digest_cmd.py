@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from flashprobe.cli import app
+from flashprobe.cli.plot_options import ForcePlot, PlotFolder, check_new_figures, check_plot_folder
 from flashprobe.errors import FlashprobeError
 
 
@@ -98,15 +99,8 @@ def digest_report_command(
         help="The ranking's add-design reference (default: the suite's replay.safe, else a "
         "variant named safe / fp32 or with the fp32 kernel, as `flashprobe report`).",
     ),
-    plot: Path | None = typer.Option(
-        None,
-        "--plot",
-        help="Write PNG figures into this folder (<suite>_<figure>.png). Refused before any "
-        "is written when a figure of the same name is already there, unless --force.",
-    ),
-    force: bool = typer.Option(
-        False, "--force", help="With --plot: replace figures of the same name in the folder."
-    ),
+    plot: PlotFolder = None,
+    force: ForcePlot = False,
     fmt: str = typer.Option("markdown", "--format", help="markdown, text or json."),
 ) -> None:
     """Report digests of several device sessions: per variant seeds, diverged, divergence
@@ -137,15 +131,8 @@ def digest_report_command(
         raise FlashprobeError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if horizon is not None and horizon < 1:
         raise FlashprobeError(f"--horizon must be a step count >= 1, got {horizon}")
-    if force and plot is None:
-        raise FlashprobeError("--force applies to --plot only")
     rule = RiseRule(factor=rise_factor, reference_step=rise_from)
-    if plot is not None:
-        from flashprobe.reporting.atomic import check_output_folder
-        from flashprobe.reporting.plots import require_matplotlib
-
-        require_matplotlib()  # fail before reading anything
-        check_output_folder(plot, "--plot")
+    check_plot_folder(plot, force)  # fail before reading anything
     reports = build_digest_reports(
         load_digests(digests),
         suite=suite,
@@ -155,12 +142,10 @@ def digest_report_command(
         chosen=cells or (),
         safe=safe,
     )
-    if plot is not None and not force:
-        from flashprobe.reporting.atomic import check_new_files
+    if plot is not None:
         from flashprobe.reporting.digest.figures import figure_paths
 
-        figures = [path for report in reports for path in figure_paths(report, plot)]
-        check_new_files(figures, "--force replaces it")
+        check_new_figures((f for report in reports for f in figure_paths(report, plot)), force)
     typer.echo(render_digest_reports(reports, fmt))
     if plot is not None:
         from flashprobe.reporting.digest.figures import write_figures

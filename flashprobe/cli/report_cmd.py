@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from flashprobe.cli import app
+from flashprobe.cli.plot_options import ForcePlot, PlotFolder, check_new_figures, check_plot_folder
 from flashprobe.errors import FlashprobeError
 
 
@@ -22,15 +23,8 @@ def report_command(
         "--table",
         help="With --format csv: summary, ranking (default), pooled, metrics or hotspots.",
     ),
-    plot: Path | None = typer.Option(
-        None,
-        "--plot",
-        help="Write PNG figures into this folder (<suite>_<figure>.png). Refused before any "
-        "is written when a figure of the same name is already there, unless --force.",
-    ),
-    force: bool = typer.Option(
-        False, "--force", help="With --plot: replace figures of the same name in the folder."
-    ),
+    plot: PlotFolder = None,
+    force: ForcePlot = False,
     baseline: str | None = typer.Option(
         None,
         "--baseline",
@@ -117,14 +111,7 @@ def report_command(
         raise FlashprobeError(f"--top must be >= 0, got {top}")
     if horizon is not None and horizon < 1:
         raise FlashprobeError(f"--horizon must be a step count >= 1, got {horizon}")
-    if force and plot is None:
-        raise FlashprobeError("--force applies to --plot only")
-    if plot is not None:
-        from flashprobe.reporting.atomic import check_output_folder
-        from flashprobe.reporting.plots import require_matplotlib
-
-        require_matplotlib()  # fail before reading anything
-        check_output_folder(plot, "--plot")
+    check_plot_folder(plot, force)  # fail before reading anything
     rule = None
     if failure is not None:
         from flashprobe.attribution.failure import FailureRule
@@ -136,12 +123,10 @@ def report_command(
     reports = build_reports(
         store, suite, baseline=baseline, safe=safe, top=top, failure=rule, horizon=horizon
     )
-    if plot is not None and not force:
-        from flashprobe.reporting.atomic import check_new_files
+    if plot is not None:
         from flashprobe.reporting.plots import figure_paths
 
-        figures = [path for report in reports for path in figure_paths(report, plot)]
-        check_new_files(figures, "--force replaces it")
+        check_new_figures((f for report in reports for f in figure_paths(report, plot)), force)
     typer.echo(render_reports(reports, fmt, table, wide=wide))
     if plot is not None:
         from flashprobe.reporting.plots import write_plots
