@@ -45,8 +45,12 @@ def logit_scale_command(
     causal: bool = typer.Option(True, "--causal/--full", help="Causal mask or none."),
     fmt: str = typer.Option("table", "--format", help="table, json or csv."),
     plot: Path | None = typer.Option(
-        None, "--plot", help="Also write a figure of O and dQ error against the logit (.png)."
+        None,
+        "--plot",
+        help="Also write a figure of O and dQ error against the logit (.png); refused when the "
+        "file exists, unless --force.",
     ),
+    force: bool = typer.Option(False, "--force", help="With --plot: replace the file."),
 ) -> None:
     """Measure how far each variant's O, δ, dQ, dK and dV are from fp64 as the logits grow.
 
@@ -76,10 +80,12 @@ def logit_scale_command(
     )
 
     check_format(fmt)
+    if force and plot is None:
+        raise FlashprobeError("--force applies to --plot only")
     if plot is not None:
         from flashprobe.reporting.logit_scale_plot import check_plot_path, require_matplotlib
 
-        check_plot_path(plot)
+        check_plot_path(plot, force)
         require_matplotlib()
     variants, left_out = variants_from_options(variant, variants_from)
     if left_out:

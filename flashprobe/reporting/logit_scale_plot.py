@@ -13,13 +13,15 @@ from flashprobe.reporting.plots import require_matplotlib, top_title
 PANELS = (("o", "O"), ("dq", "dQ"))
 
 
-def check_plot_path(path: Path) -> None:
-    """Refuse, before any work, a figure path that exists, is not a .png file name, or whose
-    folder cannot be created or written."""
+def check_plot_path(path: Path, force: bool = False) -> None:
+    """Refuse, before any work, a figure path that is not a .png file name, whose folder cannot
+    be created or written, that is a folder, or that exists (unless force)."""
     if path.suffix.lower() != ".png":
         raise FlashprobeError(f"--plot must name a .png file, got {path}")
-    if path.exists():
-        raise FlashprobeError(f"{path} exists; refusing to overwrite it")
+    if path.is_dir():
+        raise FlashprobeError(f"{path} is a folder, not a file")
+    if path.exists() and not force:
+        raise FlashprobeError(f"{path} exists; refusing to overwrite it (--force replaces it)")
     check_output_folder(path.parent, "--plot")
 
 

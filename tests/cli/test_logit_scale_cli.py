@@ -76,6 +76,16 @@ def test_plot_is_written_and_never_overwritten(run_cli, tmp_path) -> None:
     result = run_cli("logit-scale", *FAST, "--variant", "fa2", "--plot", str(figure))
     assert result.code == 2 and "exists; refusing to overwrite it" in result.err
     assert figure.read_bytes() == before
+    figure.write_bytes(b"stale")
+    result = run_cli("logit-scale", *FAST, "--variant", "fa2", "--plot", str(figure), "--force")
+    assert result.code == 0, result.err
+    assert figure.read_bytes() == before  # replaced by the same figure
+    result = run_cli("logit-scale", *FAST, "--force")
+    assert result.code == 2 and "--force applies to --plot only" in result.err
+    folder = tmp_path / "folder.png"
+    folder.mkdir()
+    result = run_cli("logit-scale", *FAST, "--plot", str(folder), "--force")
+    assert result.code == 2 and "is a folder, not a file" in result.err and folder.is_dir()
     result = run_cli("logit-scale", *FAST, "--plot", str(tmp_path / "errors.pdf"))
     assert result.code == 2 and "--plot must name a .png file" in result.err
     result = run_cli("logit-scale", *FAST, "--plot", str(figure / "under-a-file.png"))
