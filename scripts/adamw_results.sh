@@ -8,6 +8,9 @@
 #
 #   bash scripts/adamw_results.sh            # rewrites the report and the linked figures
 #
+# The new cells' numbers for the findings and the closing note (loss, gradient norm, logits,
+# ΣP − 1, tokens/s): python scripts/run_stats.py <digest> --cell VARIANT:SEED ...
+#
 # Figures that digest-report does not draw for the current digests (e.g. no δ replay) are left
 # as they are; new ones (the attribution's) are listed at the end, to be named and linked.
 set -euo pipefail

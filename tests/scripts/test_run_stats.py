@@ -1,0 +1,68 @@
+"""scripts/run_stats.py: the per-run numbers the findings quote, read from the digests."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+_spec = importlib.util.spec_from_file_location("run_stats", ROOT / "scripts" / "run_stats.py")
+run_stats = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
+_spec.loader.exec_module(run_stats)  # type: ignore[union-attr]
+
+ATTRIBUTION = ROOT / "docs" / "results" / "loss-explosion-adamw-attribution.json"
+
+
+def _one(name: str) -> dict:
+    (cell,) = run_stats.runs([ATTRIBUTION], [name])
+    return run_stats.stats(cell)
+
+
+def test_an_exploded_run_reads_as_the_findings_quote_it() -> None:
+    """docs/findings.md, `acc-fp32` seed 2: exploded at 2,373, gradient norm ≥ 10 from 1,929,
+    up to 1.5e3, logits ≥ 1e4 from 1,899, no row-sum bias (+6.4e-7)."""
+    row = _one("acc-fp32:2")
+    assert (row["diverged at"], row["runaway at"]) == (2373, 2169)
+    assert (row["grad ≥ 1 from"], row["grad ≥ 10 from"]) == (1769, 1929)
+    assert row["max grad"] == pytest.approx(1480, rel=0.01)
+    assert row["logit ≥ 1e4 from"] == 1899 and row["peak logit"] == pytest.approx(2.73e4, rel=0.01)
+    assert row["ΣP − 1"] == pytest.approx(6.4e-7, rel=0.01)
+
+
+def test_a_smooth_run_has_no_divergence_and_its_last_100_steps() -> None:
+    row = _one("fa2:2")
+    assert row["diverged at"] is None and row["runaway at"] is None
+    assert row["grad ≥ 1 from"] is None and row["max grad"] < 1
+    assert row["min loss"] == pytest.approx(0.612, abs=1e-3)
+    assert row["last 100"] == pytest.approx(0.694, abs=1e-3)
+    assert row["reached"] == 3400 and row["tok/s"] == 464055
+
+
+def test_the_branch_sources_are_not_runs() -> None:
+    variants = {c.variant for c in run_stats.runs([ATTRIBUTION])}
+    assert "paper-code" not in variants and {"fa2", "untiled"} <= variants
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "run_stats.py"), str(ATTRIBUTION), *args],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_the_command_prints_the_chosen_runs() -> None:
+    result = _cli("--cell", "untiled:2", "--cell", "fa2-acc-bf16:2")
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if "| adamw-attribution" in line]
+    assert len(lines) == 2 and "untiled" in lines[1] and "1468" in lines[1]
+
+
+def test_an_unknown_run_is_one_line_and_exit_2() -> None:
+    result = _cli("--cell", "nope:3")
+    assert result.returncode == 2
+    assert "no run with logged curves for nope:3" in result.stderr
+    assert "Traceback" not in result.stderr
