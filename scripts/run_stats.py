@@ -30,11 +30,9 @@ from tabulate import tabulate
 from flashprobe.reporting.digest import attention
 from flashprobe.reporting.digest.outcomes import (
     DIVERGED,
-    branch_point,
-    is_branch_stub,
     seed_outcome,
+    trained_runs,
 )
-from flashprobe.reporting.digest.pooling import one_run_per_seed
 from flashprobe.reporting.digest.report import load_digests
 from flashprobe.reporting.digest.schema import DigestCell
 
@@ -72,10 +70,7 @@ def stats(cell: DigestCell, after: int = 500) -> dict[str, Any]:
 def runs(paths: Sequence[str | Path], chosen: Sequence[str] = ()) -> list[DigestCell]:
     """The counted runs with logged curves, or only those named VARIANT:SEED."""
     cells = [cell for digest in load_digests(paths) for cell in digest.cells]
-    counted, _ = one_run_per_seed(cells)
-    branches = {s: b for s in {c.suite for c in counted}
-                if (b := branch_point([c for c in counted if c.suite == s]))}  # fmt: skip
-    kept = [c for c in counted if c.loss and not is_branch_stub(c, branches.get(c.suite))]
+    kept = trained_runs(cells)
     if not chosen:
         return kept
     wanted = {tuple(name.rsplit(":", 1)) for name in chosen}

@@ -28,11 +28,9 @@ from tabulate import tabulate
 from flashprobe.reporting.digest.outcomes import (
     DIVERGED,
     NOT_DIVERGED,
-    branch_point,
-    is_branch_stub,
     seed_outcome,
+    trained_runs,
 )
-from flashprobe.reporting.digest.pooling import one_run_per_seed
 from flashprobe.reporting.digest.report import load_digests
 from flashprobe.reporting.digest.schema import DigestCell
 
@@ -65,10 +63,7 @@ def classify(cell: DigestCell) -> dict[str, Any]:
 
 def rows(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
     cells = [cell for digest in load_digests(paths) for cell in digest.cells]
-    counted, _ = one_run_per_seed(cells)
-    branches = {s: b for s in {c.suite for c in counted}
-                if (b := branch_point([c for c in counted if c.suite == s]))}  # fmt: skip
-    kept = [c for c in counted if c.loss and not is_branch_stub(c, branches.get(c.suite))]
+    kept = trained_runs(cells)
     return [classify(c) for c in kept]
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from flashprobe.cli import app
+from flashprobe.cli.plot_options import check_force
 from flashprobe.errors import FlashprobeError
 from flashprobe.reporting.render import check_format, render
 
@@ -80,8 +81,7 @@ def logit_scale_command(
     )
 
     check_format(fmt)
-    if force and plot is None:
-        raise FlashprobeError("--force applies to --plot only")
+    check_force(plot, force)
     if plot is not None:
         from flashprobe.reporting.logit_scale_plot import check_plot_path, require_matplotlib
 

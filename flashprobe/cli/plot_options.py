@@ -1,5 +1,6 @@
-"""The `--plot DIR` / `--force` pair shared by `report` and `digest-report`: the options and the
-checks that refuse bad input before anything is read or written."""
+"""The `--plot DIR` / `--force` pair shared by `report` and `digest-report` (and `--force`'s
+rule, shared with `logit-scale --plot FILE`): the options and the checks that refuse bad input
+before anything is read or written."""
 
 from __future__ import annotations
 
@@ -25,11 +26,16 @@ ForcePlot = Annotated[
 ]
 
 
+def check_force(plot: Path | None, force: bool) -> None:
+    """--force replaces what --plot writes, so it needs --plot."""
+    if force and plot is None:
+        raise FlashprobeError("--force applies to --plot only")
+
+
 def check_plot_folder(plot: Path | None, force: bool) -> None:
     """Before reading anything: --force needs --plot, and the folder must be writable with
     matplotlib installed."""
-    if force and plot is None:
-        raise FlashprobeError("--force applies to --plot only")
+    check_force(plot, force)
     if plot is not None:
         from flashprobe.reporting.atomic import check_output_folder
         from flashprobe.reporting.plots import require_matplotlib

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from flashprobe.errors import FlashprobeError
-from flashprobe.reporting.atomic import check_output_folder, write_bytes_atomic
+from flashprobe.reporting.atomic import check_new_files, check_output_folder, write_bytes_atomic
 from flashprobe.reporting.plots import require_matplotlib, top_title
 
 PANELS = (("o", "O"), ("dq", "dQ"))
@@ -20,8 +20,8 @@ def check_plot_path(path: Path, force: bool = False) -> None:
         raise FlashprobeError(f"--plot must name a .png file, got {path}")
     if path.is_dir():
         raise FlashprobeError(f"{path} is a folder, not a file")
-    if path.exists() and not force:
-        raise FlashprobeError(f"{path} exists; refusing to overwrite it (--force replaces it)")
+    if not force:
+        check_new_files([path], "--force replaces it")
     check_output_folder(path.parent, "--plot")
 
 

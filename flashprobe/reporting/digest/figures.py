@@ -38,6 +38,7 @@ from flashprobe.reporting.digest.outcomes import (
     VariantOutcome,
     is_branch_stub,
     seed_outcome,
+    step_text,
 )
 from flashprobe.reporting.digest.report import DigestSuiteReport
 from flashprobe.reporting.digest.rise import RiseResult, trajectories
@@ -210,7 +211,7 @@ def _outcomes(plt: Any, report: DigestSuiteReport, path: Path) -> Path:
     ax.set_yticks(range(len(rows)), [label for label, _ in rows], fontsize=7)
     ax.set_ylim(len(rows) - 0.5, -0.5)  # the reference on top
     for y, (_, o) in enumerate(rows):
-        median = "" if o.median_step is None else f", median {_step_label(o.median_step)}"
+        median = "" if o.median_step is None else f", median {step_text(o.median_step, ',')}"
         ax.annotate(f"{len(o.diverged)}/{o.n}{median}", (1.01, y),
                     xycoords=("axes fraction", "data"), va="center", fontsize=7)  # fmt: skip
     _step_axis(ax, fontsize=8)
@@ -466,11 +467,6 @@ def _legend(ax: Any, ncol: int = 1) -> None:
 def _cell_name(cell: DigestCell) -> str:
     point = f"_{cell.point_label}" if cell.point else ""
     return f"{cell.variant}{point}_seed{cell.seed}"
-
-
-def _step_label(step: float) -> str:
-    """A step or a median of steps with thousands commas: 1,659, or 2,178.5 for a half step."""
-    return f"{step:,.0f}" if float(step).is_integer() else f"{step:,.1f}"
 
 
 def _safe(text: str) -> str:

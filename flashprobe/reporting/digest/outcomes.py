@@ -37,6 +37,7 @@ from typing import Any
 from flashprobe.attribution.failure import FailureRule
 from flashprobe.attribution.ranking import fisher_exact
 from flashprobe.attribution.runaway import GradientRunaway, gradient_runaway
+from flashprobe.reporting.digest.pooling import one_run_per_seed
 from flashprobe.reporting.digest.schema import DigestCell
 
 DIVERGED, NOT_DIVERGED, NO_OUTCOME = "diverged", "not diverged", "no outcome"
@@ -169,6 +170,30 @@ def seed_outcome(
     return SeedOutcome(cell, NO_OUTCOME, reached, why, horizon)
 
 
+def step_text(step: float | None, thousands: str = "") -> str | None:
+    """A step, or the median of steps: whole as an integer (1659), a half step with its .5
+    (2178.5), never in three significant digits (2.18e+03); thousands="," groups the digits."""
+    if step is None:
+        return None
+    return f"{step:{thousands}.{0 if float(step).is_integer() else 1}f}"
+
+
+def branch_points(cells: Sequence[DigestCell]) -> dict[str, Branch]:
+    """suite → (source, step), for each suite of `cells` whose runs are branched."""
+    suites = {c.suite for c in cells}
+    found = {s: branch_point([c for c in cells if c.suite == s]) for s in suites}
+    return {s: b for s, b in found.items() if b is not None}
+
+
+def trained_runs(cells: Sequence[DigestCell]) -> list[DigestCell]:
+    """The runs with logged curves, each variant, grid point and seed once (as digest-report
+    counts them, pooling.one_run_per_seed), less the branch sources trained only to the
+    branch step."""
+    counted, _ = one_run_per_seed(cells)
+    branches = branch_points(counted)
+    return [c for c in counted if c.loss and not is_branch_stub(c, branches.get(c.suite))]
+
+
 def branch_point(cells: Sequence[DigestCell]) -> Branch | None:
     """(source, step) of the branched cells among `cells` (their cell.json records it)."""
     for cell in cells:
@@ -190,8 +215,7 @@ def variant_outcomes(
     same point, in the same suite or in `reference_suite` (borrowed), where both have seeds with
     an outcome. branches: suite → its branch point (default: read off the cells)."""
     if branches is None:
-        branches = {s: b for s in {c.suite for c in cells}
-                    if (b := branch_point([c for c in cells if c.suite == s]))}  # fmt: skip
+        branches = branch_points(cells)
     groups: dict[tuple[str, str, str], list[DigestCell]] = {}
     for cell in cells:
         groups.setdefault((cell.suite, cell.variant, cell.point_label), []).append(cell)

@@ -27,7 +27,7 @@ from flashprobe.reporting.digest.outcomes import (
     Branch,
     ControlCheck,
     VariantOutcome,
-    branch_point,
+    branch_points,
     control_check,
     is_branch_stub,
     variant_outcomes,
@@ -267,10 +267,7 @@ def _branches(digests: Sequence[Digest], cells: Sequence[DigestCell]) -> dict[st
             if isinstance(branch, Mapping) and isinstance(branch.get("step"), int):
                 if branch.get("from") is not None:
                     out[str(name)] = (str(branch["from"]), int(branch["step"]))
-    for name in {c.suite for c in cells}:
-        found = branch_point([c for c in cells if c.suite == name])
-        if found is not None:
-            out[name] = found
+    out.update(branch_points(cells))
     return out
 
 

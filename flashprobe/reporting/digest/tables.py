@@ -15,6 +15,7 @@ from tabulate import tabulate
 
 from flashprobe.errors import FlashprobeError
 from flashprobe.reporting.digest import attention as att
+from flashprobe.reporting.digest.outcomes import step_text
 from flashprobe.reporting.digest.ranking import DigestRanking
 from flashprobe.reporting.digest.report import DigestSuiteReport
 from flashprobe.reporting.digest.schema import DigestCell
@@ -171,7 +172,7 @@ def _outcome_rows(r: DigestSuiteReport) -> list[list[Any]]:
                 ",".join(str(s.seed) for s in o.seeds),
                 o.n,
                 f"{len(o.diverged)}/{o.n}",
-                _step(o.median_step),
+                step_text(o.median_step),
                 "; ".join(f"{s.seed}: {s.label}" for s in o.seeds),
                 o.fisher_p,
             ]
@@ -187,8 +188,8 @@ def _control_intro(r: DigestSuiteReport) -> str:
         point = f" [{ref.point}]" if ref.point else ""
         seeds = ", ".join(f"{s.seed}: {s.step}" for s in ref.diverged)
         parts.append(
-            f"{ref.variant}{where}{point}: median divergence step {_step(bound / 2)} "
-            f"(diverged seeds {seeds}), twice {_step(bound)}"
+            f"{ref.variant}{where}{point}: median divergence step {step_text(bound / 2)} "
+            f"(diverged seeds {seeds}), twice {step_text(bound)}"
         )
     return (
         "; ".join(parts) + ". A variant passes when none of its seeds diverged within twice "
@@ -202,7 +203,7 @@ def _control_rows(r: DigestSuiteReport) -> list[list[Any]]:
             c.row.variant,
             *([c.row.point or "-"] if r.has_points else []),
             ",".join(str(s.seed) for s in c.row.seeds),
-            _step(c.bound),
+            step_text(c.bound),
             c.verdict,
             c.why,
         ]
@@ -260,7 +261,7 @@ def _ranking_row(ranking: DigestRanking, row: Mapping[str, Any]) -> list[Any]:
         variant += f" (suite {row['suite']})"
     return [
         row["rank"], variant, row["design"], row["component"],
-        ",".join(map(str, row["seed_list"])) or None, failed, _step(row["steps_median"]),
+        ",".join(map(str, row["seed_list"])) or None, failed, step_text(row["steps_median"]),
         row.get("delta_p"), row.get("fisher_p"), row.get("reference"),
         None if share is None else f"{100 * share:.0f}%",
     ]  # fmt: skip
@@ -452,14 +453,6 @@ def _attention_rows(r: DigestSuiteReport) -> list[list[Any]]:
 def _ratio(value: float | None) -> str | None:
     """Three decimals: a ratio just under the rise factor must not print as the factor."""
     return None if value is None else f"{value:.3f}"
-
-
-def _step(value: float | None) -> str | None:
-    """A step, or the median of steps: whole as an integer (1659), a half step with its .5
-    (2178.5); never `_show`'s three significant digits (2.18e+03)."""
-    if value is None:
-        return None
-    return str(int(value)) if float(value).is_integer() else f"{value:.1f}"
 
 
 def _show(value: Any) -> str:

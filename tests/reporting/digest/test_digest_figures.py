@@ -208,12 +208,3 @@ def test_every_figure_written_is_one_figure_paths_names(
         assert set(written) <= set(figure_paths(report, out))
         assert sorted(out.iterdir()) == sorted(written)
         assert any("_seed0_" in p.name for p in written)
-
-
-def test_the_outcome_rows_label_a_half_step_median_as_such() -> None:
-    """Two seeds' median can fall between steps: 2,178.5, not rounded to 2,178."""
-    from flashprobe.reporting.digest.figures import _step_label
-
-    assert _step_label(2178.5) == "2,178.5"
-    assert _step_label(1659) == "1,659"
-    assert _step_label(1659.0) == "1,659"

@@ -206,3 +206,13 @@ def test_a_seed_the_loss_rule_let_pass_names_its_gradient_runaway(tmp_path: Path
     assert outcomes[0].label.endswith("not diverged (gradient runaway from 220)")
     assert outcomes[1].label.endswith("not diverged")
     assert outcomes[2].label == "diverged at 225 (gradient runaway from 220)"
+
+
+def test_the_outcome_rows_label_a_half_step_median_as_such() -> None:
+    """Two seeds' median can fall between steps: the outcomes figure's label reads 2,178.5,
+    not 2,178."""
+    from flashprobe.reporting.digest.outcomes import step_text
+
+    assert step_text(2178.5, ",") == "2,178.5"
+    assert step_text(1659, ",") == "1,659"
+    assert step_text(1659.0, ",") == "1,659"
