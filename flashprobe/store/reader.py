@@ -94,6 +94,8 @@ def read_cells(root: str | Path, suite: str | None = None) -> list[CellView]:
     root = Path(root)
     if root.exists() and not root.is_dir():
         raise FlashprobeError(f"result store is not a folder: {root}")
+    if not root.exists():
+        raise FlashprobeError(f"result store not found: {root}")
     if suite is not None:
         check_suite_folder(suite)
     if suite is not None and not (root / suite).is_dir():

@@ -9,6 +9,7 @@ import math
 import pytest
 from store_helpers import cell_with, steps
 
+from flashprobe.errors import FlashprobeError
 from flashprobe.store import reader as sr
 from flashprobe.store.metrics_check import metrics_problems
 from flashprobe.train.run_state import INTERRUPTED
@@ -95,3 +96,10 @@ def test_a_cut_run_record_of_the_wrong_shape_reads_as_none(tmp_path, text) -> No
     cut = cell_with(tmp_path, steps(0, 1), None)
     (cut.run_dir / INTERRUPTED).write_text(text)
     assert sr.read_interrupted(cut) is None
+
+
+@pytest.mark.parametrize("suite", [None, "smoke"])
+def test_a_missing_store_is_named_as_missing_even_with_a_suite(tmp_path, suite) -> None:
+    """`replay nonexist --suite smoke` used to say "no suite 'smoke' in result store nonexist"."""
+    with pytest.raises(FlashprobeError, match=r"^result store not found: .*nonexist$"):
+        sr.read_cells(tmp_path / "nonexist", suite)
