@@ -252,6 +252,20 @@ def parse_assignments(assignments: Iterable[str], *, unique: bool = False) -> di
     return out
 
 
+def split_variant(text: str) -> tuple[str, dict[str, Any]]:
+    """`PRESET` or `PRESET:KEY=VALUE[,KEY=VALUE...]` (the `--variant` strings of `bias` and
+    `logit-scale`, and `spec`'s argument) as (PRESET, assignments); a key given twice is an
+    error. The keys are not checked here: each command knows which it takes."""
+    base, sep, rest = text.strip().partition(":")
+    items = [p for p in rest.split(",") if p.strip()] if sep else []
+    if sep and not items:
+        raise FlashprobeError(f"variant {text.strip()!r}: nothing after ':'")
+    try:
+        return base.strip(), parse_assignments(items, unique=True)
+    except FlashprobeError as exc:
+        raise FlashprobeError(f"variant {text.strip()!r}: {exc}") from None
+
+
 def spec_from_yaml(path: str | Path) -> KernelSpec:
     """Load a spec from a YAML file holding a mapping (optionally under a `kernel:` key)."""
     return make_spec(spec_fields_from_yaml(path))

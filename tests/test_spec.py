@@ -19,6 +19,7 @@ from flashprobe.spec import (
     preset,
     resolve_spec,
     spec_from_yaml,
+    split_variant,
 )
 
 
@@ -305,3 +306,28 @@ def test_describe_against_an_explicit_base() -> None:
     assert spec.describe("paper-code") == "paper-code+block_n=64"
     assert spec.describe(PRESETS["paper-code"]) == "spec+block_n=64"
     assert PRESETS["fa2"].replace(tie_tolerance=0.0).describe() == "fa2+tie_tolerance=0"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("fa2", ("fa2", {})),
+        (" paper-code:beta=4, block_n=full ", ("paper-code", {"beta": 4, "block_n": "full"})),
+        ("exact:ties=3", ("exact", {"ties": 3})),
+    ],
+)
+def test_split_variant_reads_preset_and_fields(text: str, expected: tuple) -> None:
+    assert split_variant(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("fa2:", "nothing after ':'"),
+        ("fa2:beta=3,beta=4", "given twice"),
+        ("fa2:beta", "key=value"),
+    ],
+)
+def test_split_variant_refuses_malformed_strings(text: str, needle: str) -> None:
+    with pytest.raises(FlashprobeError, match=needle):
+        split_variant(text)

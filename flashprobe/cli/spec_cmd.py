@@ -21,6 +21,7 @@ from flashprobe.spec import (
     make_spec,
     parse_assignments,
     spec_fields_from_yaml,
+    split_variant,
 )
 
 FORMATS = ("table", "json", "yaml")
@@ -31,7 +32,8 @@ def spec_command(
     preset: str | None = typer.Argument(
         None,
         help="Preset to start from: " + ", ".join(PRESETS) + " (default fa2, or the --config "
-        "file's own `preset:`).",
+        "file's own `preset:`), optionally with fields as `bias --variant` takes them: "
+        "paper-code:block_n=full,beta=4.",
     ),
     set_: list[str] = typer.Option(
         [], "--set", help="Override a field: --set beta=4 (repeatable)."
@@ -55,13 +57,17 @@ def spec_command(
       flashprobe spec --config my_kernel.yaml
 
       flashprobe spec paper-code --config my_switches.yaml
+
+      flashprobe spec paper-code:accumulator=fp32,block_n=full
     """
     if fmt not in FORMATS:
         raise FlashprobeError(f"--format must be table, json or yaml, got {fmt!r}")
     if presets:
         typer.echo(preset_listing(fmt))
         return
-    spec = make_spec(start_fields(preset, config), parse_assignments(set_))
+    preset, inline = split_variant(preset) if preset is not None else (None, {})
+    # --set after the argument's fields, as the option reads: it overrides them.
+    spec = make_spec(start_fields(preset, config), {**inline, **parse_assignments(set_)})
     data = {"label": spec.describe(), "key": spec.key(), **spec.to_dict()}
     if fmt == "json":
         typer.echo(json.dumps(data, indent=2))

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from flashprobe.errors import FlashprobeError
-from flashprobe.spec import FIELD_NAMES, PRESETS, KernelSpec, make_spec, parse_assignments
+from flashprobe.spec import FIELD_NAMES, PRESETS, KernelSpec, make_spec, split_variant
 
 #: Rows sharing one V in the batch layout (each ties on its own keys).
 ROWS_PER_BLOCK = 8
@@ -86,8 +86,7 @@ def parse_variant(text: str) -> Variant:
     (`paper-code:ties=1`). Values are read as YAML scalars.
     """
     text = text.strip()
-    base, sep, rest = text.partition(":")
-    base = base.strip()
+    base, assigned = split_variant(text)
     if not base:
         raise FlashprobeError(f"variant {text!r}: expected PRESET or PRESET:KEY=VALUE,...")
     if base not in PRESETS and base != EXACT:
@@ -95,13 +94,6 @@ def parse_variant(text: str) -> Variant:
             f"variant {text!r}: unknown preset {base!r}; choose one of: "
             f"{', '.join(PRESETS)}, {EXACT}"
         )
-    items = [p for p in rest.split(",") if p.strip()] if sep else []
-    if sep and not items:
-        raise FlashprobeError(f"variant {text!r}: nothing after ':'")
-    try:
-        assigned = parse_assignments(items, unique=True)
-    except FlashprobeError as exc:
-        raise FlashprobeError(f"variant {text!r}: {exc}") from None
     data = {k: v for k, v in assigned.items() if k in DATA_KEYS}
     fields = {k: v for k, v in assigned.items() if k not in DATA_KEYS}
     unknown = sorted(set(fields) - set(FIELD_NAMES))

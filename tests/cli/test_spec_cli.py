@@ -43,10 +43,25 @@ def test_spec_refuses_two_different_presets(run_cli, tmp_path) -> None:
     assert run_cli("spec", "sfa", "--config", str(path)).code == 0  # the same preset twice
 
 
+def test_spec_takes_fields_after_the_preset_as_bias_variants_do(run_cli) -> None:
+    """`spec paper-code:accumulator=fp32,block_n=full` is the spec `bias --variant` measures
+    under that string; --set still overrides."""
+    result = run_cli("spec", "paper-code:accumulator=fp32,block_n=full", "--format", "json")
+    assert result.code == 0, result.err
+    data = json.loads(result.out)
+    assert (data["accumulator"], data["block_n"], data["score_precision"]) == ("fp32", None, "bf16")
+    both = run_cli("spec", "fa2:softmax=stabilized,beta=3", "--set", "beta=5", "--format", "json")
+    assert both.code == 0 and json.loads(both.out)["beta"] == 5.0
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
         (["spec", "nope"], "unknown preset"),
+        (["spec", "nope:beta=4"], "unknown preset 'nope'"),
+        (["spec", "paper-code:"], "nothing after ':'"),
+        (["spec", "paper-code:beta=3,beta=4"], "given twice"),
+        (["spec", "paper-code:colour=red"], "colour"),
         (["spec", "--set", "beta=0.5"], "beta"),
         (["spec", "--set", "colour=red"], "colour"),
         (["spec", "--set", "block_n=48"], "block_n"),
