@@ -12,6 +12,12 @@ table for the AdamW digests at quick.yaml's settings:
 
 Runs without logged curves (format v1) and branch sources trained only to the branch step are
 left out; each variant, grid point and seed counts once, as digest-report counts it.
+
+`--margin M` adds a post hoc column: where a looser loss rule, the logged loss above its running
+minimum + M on 3 logged records in a row (25 steps at log_every 10) from step 500 on, would have
+fired on the logged curve (flashprobe.train.divergence's rule, applied to the records the digest
+kept, not to every step), and a count of which classes it fires on. Exploration: a rule chosen
+from these runs must then hold on runs it did not see.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from flashprobe.reporting.digest.outcomes import (
 )
 from flashprobe.reporting.digest.report import load_digests
 from flashprobe.reporting.digest.schema import DigestCell
+from flashprobe.train.config import DivergenceConfig
+from flashprobe.train.divergence import DivergenceMonitor
 
 SMOOTH, CUT_SMOOTH, RULE, RUNAWAY = "smooth", "cut, smooth", "loss rule", "runaway, no rule"
 
@@ -61,23 +69,64 @@ def classify(cell: DigestCell) -> dict[str, Any]:
     }
 
 
-def rows(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
+#: The looser rule's patience in logged records and its first step, as quick.yaml's loss rule
+#: (25 steps from step 500) reads at log_every 10.
+RECORDS_IN_A_ROW, MIN_STEP = 3, 500
+
+
+def margin_step(cell: DigestCell, margin: float) -> int | None:
+    """The first logged step at which the loss stood above its running minimum + `margin` on
+    RECORDS_IN_A_ROW records in a row (from MIN_STEP on), or None."""
+    rule = DivergenceConfig(rise_margin=margin, patience=RECORDS_IN_A_ROW, min_step=MIN_STEP)
+    monitor = DivergenceMonitor(rule)
+    for step, loss, _grad in cell.loss:
+        if loss is not None and (found := monitor.update(step, loss)) is not None:
+            return found.step
+    return None
+
+
+def rows(paths: Sequence[str | Path], margin: float | None = None) -> list[dict[str, Any]]:
     cells = [cell for digest in load_digests(paths) for cell in digest.cells]
     kept = trained_runs(cells)
-    return [classify(c) for c in kept]
+    table = [classify(c) for c in kept]
+    if margin is not None:
+        for row, cell in zip(table, kept, strict=True):
+            row[f"min + {margin:g} at"] = margin_step(cell, margin)
+    return table
+
+
+def margin_counts(table: Sequence[dict[str, Any]], margin: float) -> str:
+    """Per class, on how many runs the looser rule fired."""
+    column = f"min + {margin:g} at"
+    parts = []
+    for kind in (SMOOTH, CUT_SMOOTH, RULE, RUNAWAY):
+        runs = [r for r in table if r["class"] == kind]
+        parts.append(f"{kind} {sum(r[column] is not None for r in runs)} of {len(runs)}")
+    return (
+        f"loss above its running min + {margin:g} ({RECORDS_IN_A_ROW} logged records in a "
+        f"row, from step {MIN_STEP}; post hoc) fired on: " + ", ".join(parts)
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("digests", nargs="+", help="digest files (flashprobe digest)")
+    parser.add_argument(
+        "--margin", type=float, help="also where a loss rule of running min + MARGIN would fire"
+    )
     args = parser.parse_args(argv)
-    table = sorted(rows(args.digests), key=lambda r: (r["class"], r["variant"], r["seed"]))
+    if args.margin is not None and not args.margin > 0:
+        parser.error(f"--margin must be positive, got {args.margin}")
+    table = rows(args.digests, args.margin)
+    table.sort(key=lambda r: (r["class"], r["variant"], r["seed"]))
     print(tabulate(table, headers="keys", tablefmt="github", missingval="-"))
     counts = Counter(r["class"] for r in table)
     first = sum(r["runaway first by"] is not None for r in table)
     print(f"\n{len(table)} runs: " + ", ".join(f"{k} {counts[k]}" for k in
           (SMOOTH, CUT_SMOOTH, RULE, RUNAWAY)) + f"; the flag before the rule in {first} of "
           f"{counts[RULE]} stopped by it")  # fmt: skip
+    if args.margin is not None:
+        print(margin_counts(table, args.margin))
     return 0
 
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+from flashprobe.reporting.digest.schema import DigestCell
 
 ROOT = Path(__file__).parents[2]
 _spec = importlib.util.spec_from_file_location(
@@ -47,3 +51,34 @@ def test_the_command_prints_the_table_and_the_counts() -> None:
         "72 runs: smooth 37, cut, smooth 1, loss rule 23, runaway, no rule 11; the flag before "
         "the rule in 20 of 23 stopped by it"
     )
+
+
+def _curve(losses: list[float], start: int = 490) -> Any:
+    cell = DigestCell(Path("d.json"), 0, 0, 3, {"variant": "v", "seed": 0}, None)
+    records = tuple((start + 10 * i, loss, 0.1) for i, loss in enumerate(losses))
+    return dataclasses.replace(cell, loss=records)
+
+
+def test_the_looser_rule_needs_three_records_above_the_running_min_plus_margin() -> None:
+    flat = [1.0, 0.9, 0.8]
+    assert table.margin_step(_curve([*flat, 1.11, 1.12, 0.9, 1.2]), 0.3) is None  # 2 in a row
+    assert table.margin_step(_curve([*flat, 1.11, 1.12, 1.15, 1.2]), 0.3) == 540  # the third
+    assert table.margin_step(_curve([*flat, 1.11, 1.12, 1.15]), 0.4) is None  # not above + 0.4
+    # records before step 500 do not count: 480 and 490 are above, 500-520 fire it
+    assert table.margin_step(_curve([2.0, 0.5, 0.9, 0.9, 0.9, 0.9, 0.9], start=460), 0.3) == 520
+
+
+def test_a_loss_rule_of_min_plus_0_3_sorts_the_adamw_runs_as_the_findings_say() -> None:
+    """docs/findings.md, the runaway paragraph: post hoc, min + 0.3 fires on every run the rule
+    stopped and on 10 of the 11 runaways (not `paper-sfa` 0), on none of the 38 smooth runs."""
+    rows = table.rows(ADAMW, margin=0.3)
+    assert table.margin_counts(rows, 0.3).endswith(
+        "fired on: smooth 0 of 37, cut, smooth 0 of 1, loss rule 23 of 23, "
+        "runaway, no rule 10 of 11"
+    )
+    missed = [(r["variant"], r["seed"]) for r in rows
+              if r["class"] == table.RUNAWAY and r["min + 0.3 at"] is None]  # fmt: skip
+    assert missed == [("paper-sfa", 0)]
+    judged = {r["seed"]: r["min + 0.3 at"] for r in rows
+              if r["variant"] == "paper-code" and r["seed"] in (5, 6, 7)}  # fmt: skip
+    assert judged == {5: 2599, 6: 3069, 7: 3319}
