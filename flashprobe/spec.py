@@ -252,11 +252,23 @@ def parse_assignments(assignments: Iterable[str], *, unique: bool = False) -> di
     return out
 
 
-def split_variant(text: str) -> tuple[str, dict[str, Any]]:
+def split_variant(text: str, presets: Iterable[str] | None = None) -> tuple[str, dict[str, Any]]:
     """`PRESET` or `PRESET:KEY=VALUE[,KEY=VALUE...]` (the `--variant` strings of `bias` and
     `logit-scale`, and `spec`'s argument) as (PRESET, assignments); a key given twice is an
-    error. The keys are not checked here: each command knows which it takes."""
+    error. PRESET is checked against `presets` when given (first: a wrong name is the more
+    likely slip); the keys are not checked here: each command knows which it takes."""
     base, sep, rest = text.strip().partition(":")
+    if presets is not None:
+        known = list(presets)
+        if not base.strip():
+            raise FlashprobeError(
+                f"variant {text.strip()!r}: expected PRESET or PRESET:KEY=VALUE,..."
+            )
+        if base.strip() not in known:
+            raise FlashprobeError(
+                f"variant {text.strip()!r}: unknown preset {base.strip()!r}; choose one of: "
+                + ", ".join(known)
+            )
     items = [p for p in rest.split(",") if p.strip()] if sep else []
     if sep and not items:
         raise FlashprobeError(f"variant {text.strip()!r}: nothing after ':'")

@@ -331,3 +331,17 @@ def test_split_variant_reads_preset_and_fields(text: str, expected: tuple) -> No
 def test_split_variant_refuses_malformed_strings(text: str, needle: str) -> None:
     with pytest.raises(FlashprobeError, match=needle):
         split_variant(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("nope:ties", "unknown preset 'nope'"),
+        (":beta=4", "expected PRESET"),
+        ("fa2:beta", "key=value"),
+    ],
+)
+def test_split_variant_checks_the_preset_before_the_fields(text: str, needle: str) -> None:
+    """`nope:ties` names the unknown preset, not the missing `=`: the likelier slip first."""
+    with pytest.raises(FlashprobeError, match=needle):
+        split_variant(text, PRESETS)

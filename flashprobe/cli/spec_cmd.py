@@ -65,7 +65,7 @@ def spec_command(
     if presets:
         typer.echo(preset_listing(fmt))
         return
-    preset, inline = split_variant(preset) if preset is not None else (None, {})
+    preset, inline = split_variant(preset, PRESETS) if preset is not None else (None, {})
     # --set after the argument's fields, as the option reads: it overrides them.
     spec = make_spec(start_fields(preset, config), {**inline, **parse_assignments(set_)})
     data = {"label": spec.describe(), "key": spec.key(), **spec.to_dict()}

@@ -29,7 +29,7 @@ from flashprobe.reference.emulator import emulate_forward
 from flashprobe.reference.emulator_backward import emulate_backward
 from flashprobe.reference.golden import golden_backward, golden_forward
 from flashprobe.reference.threads import measurement_threads
-from flashprobe.spec import KernelSpec, make_spec, split_variant
+from flashprobe.spec import PRESETS, KernelSpec, make_spec, split_variant
 
 #: The quantities compared with the fp64 golden, in table order: relative L2 errors, then the
 #: cosine between the variant's dQ and the golden's (1: the error only rescales it; lower: the
@@ -147,7 +147,7 @@ class LogitScaleReport:
 def parse_variant(text: str) -> tuple[str, KernelSpec]:
     """`PRESET` or `PRESET:FIELD=VALUE[,FIELD=VALUE...]` (values read as YAML scalars), checked
     as `make_spec` checks a preset and its fields."""
-    base, fields = split_variant(text)
+    base, fields = split_variant(text, PRESETS)
     try:
         return text.strip(), make_spec(base, fields)
     except FlashprobeError as exc:
