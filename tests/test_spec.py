@@ -321,27 +321,17 @@ def test_split_variant_reads_preset_and_fields(text: str, expected: tuple) -> No
 
 
 @pytest.mark.parametrize(
-    ("text", "needle"),
+    ("text", "presets", "needle"),
     [
-        ("fa2:", "nothing after ':'"),
-        ("fa2:beta=3,beta=4", "given twice"),
-        ("fa2:beta", "key=value"),
+        ("fa2:", None, "nothing after ':'"),
+        ("fa2:beta=3,beta=4", None, "given twice"),
+        ("fa2:beta", None, "key=value"),
+        ("fa2:beta", PRESETS, "key=value"),
+        # the preset first: `nope:ties` names the unknown preset, the likelier slip
+        ("nope:ties", PRESETS, "unknown preset 'nope'"),
+        (":beta=4", PRESETS, "expected PRESET"),
     ],
 )
-def test_split_variant_refuses_malformed_strings(text: str, needle: str) -> None:
+def test_split_variant_refuses_malformed_strings(text: str, presets, needle: str) -> None:
     with pytest.raises(FlashprobeError, match=needle):
-        split_variant(text)
-
-
-@pytest.mark.parametrize(
-    ("text", "needle"),
-    [
-        ("nope:ties", "unknown preset 'nope'"),
-        (":beta=4", "expected PRESET"),
-        ("fa2:beta", "key=value"),
-    ],
-)
-def test_split_variant_checks_the_preset_before_the_fields(text: str, needle: str) -> None:
-    """`nope:ties` names the unknown preset, not the missing `=`: the likelier slip first."""
-    with pytest.raises(FlashprobeError, match=needle):
-        split_variant(text, PRESETS)
+        split_variant(text, presets)
