@@ -22,7 +22,9 @@ only its inputs come from digests:
                 included), pooled over those runs by replayed rows as replay_summary does
 
 Each row gets a one-line reading of the training outcome: with 3 seeds a side Fisher's test
-cannot reach p < 0.05, so such a difference is a lead, not a finding.
+cannot reach p < 0.05, so such a difference is a lead, not a finding. Beside it, the same
+runs pooled by each switch's value (attribution.pooling, as `flashprobe report` screens a
+store): a screen across variants, which can reach significance where no single variant can.
 """
 
 from __future__ import annotations
@@ -33,11 +35,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flashprobe.attribution.failure import FailureRule
+from flashprobe.attribution.pooling import pooled_splits
 from flashprobe.attribution.ranking import (
     SIGNIFICANT,
     Roles,
     component_diff,
     fisher_exact,
+    outcomes,
     rank,
     resolve_roles,
 )
@@ -79,6 +83,8 @@ class DigestRanking:
     rows: list[dict[str, Any]]
     mechanism_from: list[str] = field(default_factory=list)  # the replayed runs used
     notes: list[str] = field(default_factory=list)
+    #: The ranked runs pooled by switch value (attribution.pooling.pooled_splits' rows).
+    pooled: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -88,6 +94,7 @@ class DigestRanking:
             "safe": self.safe,
             "mechanism_from": self.mechanism_from,
             "rows": self.rows,
+            "pooled": self.pooled,
             "notes": self.notes,
         }
 
@@ -158,6 +165,7 @@ def digest_ranking(
     ranked = rank(cells, roles, mechanism, failed_at, FailureRule(horizon=horizon), known, unrun)
     if all(r["design"] in ("baseline", "safe") for r in ranked):
         return None, []  # nothing but the references: no designs to rank
+    pooled = pooled_splits(cells, outcomes(cells, failed_at, known))
     seeds = {baseline: base_row.seeds}
     seeds.update({v: by_variant[v].seeds for v in configs if v != baseline and v not in unrun})
     for row in ranked:
@@ -179,7 +187,10 @@ def digest_ranking(
     ranked.sort(key=lambda r: r["design"] == "neither")
     for i, row in enumerate((r for r in ranked if r["rank"] is not None), start=1):
         row["rank"] = i
-    return DigestRanking(suite, baseline, found.suite, roles.safe, ranked, sources, notes), []
+    return (
+        DigestRanking(suite, baseline, found.suite, roles.safe, ranked, sources, notes, pooled),
+        [],
+    )
 
 
 # -- inputs ---------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from flashprobe.reporting.digest.ranking import DigestRanking
 from flashprobe.reporting.digest.report import DigestSuiteReport
 from flashprobe.reporting.digest.schema import DigestCell
 from flashprobe.reporting.render import WIDTH, fill, fit_table, render_json
+from flashprobe.reporting.report_tables import POOLED_METHOD, POOLED_SHOWN
 
 FORMATS = ("markdown", "text", "json")
 ORDER_SHOWN = 5  # layers of the rise order in the tables (all in JSON)
@@ -246,6 +247,43 @@ def _ranking_section(ranking: DigestRanking, heading: Any, markdown: bool) -> li
         *(fill(f"- {line}", WIDTH, indent="  ") for line in readings),
         "",
         fill(RANKING_LEGEND, WIDTH),
+        *_pooled_section(ranking, heading, markdown),
+    ]
+
+
+POOLED_COLS = ["switch", "value", "same split as", "variants", "exploded", "other variants",
+               "Fisher p", "p adj."]  # fmt: skip
+
+
+def _pooled_section(ranking: DigestRanking, heading: Any, markdown: bool) -> list[str]:
+    """The ranked runs pooled by switch value: the first POOLED_SHOWN splits (all in JSON).
+    None when every switch splits the variants one way (two variants): the ranking says it."""
+    if len(ranking.pooled) < 2:
+        return []
+    body = [
+        [_show(v) for v in (
+            row["switch"], row["value"], row["same_split"], row["variants"],
+            f"{row['failed']}/{row['seeds']}", f"{row['rest_failed']}/{row['rest_seeds']}",
+            row["fisher_p"], row["adjusted_p"],
+        )]
+        for row in ranking.pooled[:POOLED_SHOWN]
+    ]  # fmt: skip
+    if markdown:
+        table = tabulate(body, headers=POOLED_COLS, tablefmt="github", disable_numparse=True)
+    else:
+        table = fit_table(body, POOLED_COLS, keep=2, width=WIDTH, wrap=[2, 3])
+    shown = len(body)
+    more = (
+        f" The first {shown} of {len(ranking.pooled)} splits."
+        if len(ranking.pooled) > shown
+        else ""
+    )
+    return [
+        "",
+        heading("Pooled by switch value (a screen across the ranked variants)"),
+        table,
+        "",
+        fill(f"The ranked runs (exploded / with an outcome), {POOLED_METHOD}{more}", WIDTH),
     ]
 
 

@@ -382,3 +382,43 @@ def test_an_add_variant_before_its_safe_has_run_is_unjudged_not_a_restore(
     add = rows["fa2-score-bf16"]
     assert (add["design"], add["rank"], add["unjudged"]) == ("add", None, True)
     assert "not judged" in add["reading"] and "not judged" in add["verdict"]
+
+
+def test_the_ranked_runs_pool_by_switch_value(tmp_path: Path, make) -> None:
+    """attribution.pooling on the ranking's runs: a bf16 running accumulator (and so ℓ) in
+    paper-code, score-fp32, pbar-fp32 and fa2-acc-bf16 fails 10 of 12 seeds, the rest 0 of 12."""
+    report = _report(tmp_path, make)
+    assert report.ranking is not None
+    top = report.ranking.pooled[0]
+    assert (top["switch"], top["value"], top["same_split"]) == (
+        "accumulator",
+        "bf16",
+        "l_precision",
+    )
+    assert top["variants"] == "fa2-acc-bf16, paper-code, pbar-fp32, score-fp32"
+    assert (top["failed"], top["seeds"], top["rest_failed"], top["rest_seeds"]) == (10, 12, 0, 12)
+    assert top["fisher_p"] == pytest.approx(fisher_exact(10, 12, 0, 12))
+    assert top["adjusted_p"] == pytest.approx(
+        min(1.0, top["fisher_p"] * len(report.ranking.pooled))
+    )
+    md = render_digest_reports([report], "markdown")
+    section = md.split("## Pooled by switch value", 1)[1].split("\n## ", 1)[0]
+    (line,) = [x for x in section.splitlines() if x.startswith("| accumulator ")]
+    assert "| 10/12 " in line and "| 0/12 " in line
+    text = render_digest_reports([report], "text")
+    assert "Pooled by switch value" in text
+    pooled_text = text.split("Pooled by switch value", 1)[1].split("Spectral norm")[0]
+    assert all(len(x) <= 100 for x in pooled_text.splitlines())
+    data = json.loads(render_digest_reports([report], "json"))[0]["ranking"]
+    assert data["pooled"][0]["failed"] == 10
+
+
+def test_two_variants_have_no_pooled_screen(tmp_path: Path, make) -> None:
+    """paper-code against fa2 alone: every switch splits them one way, which the ranking says."""
+    pc, fa2 = {"preset": "paper-code"}, {"preset": "fa2"}
+    cells = [_cell(make, "paper-code", s, "quick", pc, 4000, d) for s, d in enumerate((1421, 1659))]
+    cells += [_cell(make, "fa2", s, "quick", fa2, 4000, None) for s in (0, 1)]
+    path = make.digest(tmp_path / "q.json", cells)
+    (report,) = build_digest_reports(load_digests([path]), reference="paper-code")
+    assert report.ranking is not None and len(report.ranking.pooled) == 1  # one split only
+    assert "Pooled by switch value" not in render_digest_reports([report], "markdown")
