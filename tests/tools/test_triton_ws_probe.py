@@ -1,0 +1,43 @@
+"""tools/triton_ws_probe.py: the warp-specialised fa2 forward probe, checked on the CPU under
+Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1 without a GPU)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).parents[2]
+_spec = importlib.util.spec_from_file_location(
+    "triton_ws_probe", ROOT / "tools" / "triton_ws_probe.py"
+)
+probe = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
+_spec.loader.exec_module(probe)  # type: ignore[union-attr]
+
+
+def test_the_probe_matches_the_fp64_golden_as_bf16_torch_does() -> None:
+    """Each tile config, warp_specialize off and on, within 2× bf16 PyTorch's error + a floor."""
+    result = probe.check()
+    assert len(result["probe"]) == 4
+    for label, error in result["probe"].items():
+        assert math.isfinite(error) and error <= 2 * result["torch_bf16"] + 1e-3, label
+
+
+def test_uneven_tiles_are_refused() -> None:
+    q = torch.zeros(1, 1, 96, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="not a multiple"):
+        probe.forward(q, q, q, (64, 64, 4, 2), False)
+
+
+def test_the_summary_names_the_best_config_each_way() -> None:
+    row = {
+        "shape": "B32 H16 N1024 D64 full", "fa2_ms": 1.0, "sdpa-cudnn_ms": 0.8,
+        "128x64 w4 s2": {"ms": 1.25}, "128x128 w8 s3": {"ms": 0.9},
+        "128x64 w4 s2 ws": {"ms": 0.8}, "128x128 w8 s3 ws": {"ms": None, "note": "x"},
+    }  # fmt: skip
+    line = probe.summary_line(row)
+    assert "128x128 w8 s3: 1.11× fa2, 0.89× cuDNN" in line
+    assert "128x64 w4 s2 ws: 1.25× fa2, 1.00× cuDNN" in line

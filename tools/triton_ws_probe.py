@@ -1,0 +1,216 @@
+"""Does Triton's own Hopper warp specialisation speed up an `fa2` forward? A probe, not a kernel.
+
+Triton 3.6 runs Meta's Hopper warp-specialisation pass on sm_90 for a loop marked
+`tl.range(..., warp_specialize=True)`, and upstream enabled it for attention only with
+device-side tensor descriptors and no causal mask (triton-lang/triton#7658). flashprobe's
+kernels load through pointers, so that path has never been timed here (issue 26). This probe
+is FlashAttention-2's forward numerics in that form (fp32 scores, fp32 running max, sum and
+output, P̄ rounded to the input dtype for P̄V; non-causal, N a multiple of the tiles), checked
+against an fp64 golden beside flashprobe's `fa2` forward, and timed beside `fa2` and SDPA's
+cuDNN backend, each tile config with and without `warp_specialize`:
+
+    python tools/triton_ws_probe.py --out $OUT/triton-ws-probe.json      # one H200 call
+
+On a machine without a GPU, `--check` runs the kernel under Triton's interpreter on a small
+shape (operands upcast to fp32: the interpreter's bf16 `tl.dot` is wrong, and bf16 products
+are exact in fp32) and compares it with the golden; it times nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+if not torch.cuda.is_available():  # before triton's import: the kernel runs interpreted
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+#: (BLOCK_M, BLOCK_N, num_warps, num_stages), each timed with warp_specialize off and on.
+CONFIGS = [(128, n, w, s) for n in (64, 128) for w in (4, 8) for s in (2, 3)]
+#: The issue's non-causal shapes: 32k tokens, 16 heads.
+SHAPES = [(32768 // n, 16, n, d) for d in (64, 128) for n in (1024, 4096, 16384)]
+
+
+@triton.jit
+def _forward(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, rows, N,
+             D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+             WARP_SPECIALIZE: tl.constexpr, UPCAST: tl.constexpr):  # fmt: skip
+    # One program per (query tile, batch × head); q, k, v, o are [rows, D] with rows = B·H·N.
+    start_m = tl.program_id(0)
+    first = tl.program_id(1) * N
+    q_desc = tl.make_tensor_descriptor(q_ptr, [rows, D], [D, 1], [BLOCK_M, D])
+    k_desc = tl.make_tensor_descriptor(k_ptr, [rows, D], [D, 1], [BLOCK_N, D])
+    v_desc = tl.make_tensor_descriptor(v_ptr, [rows, D], [D, 1], [BLOCK_N, D])
+    o_desc = tl.make_tensor_descriptor(o_ptr, [rows, D], [D, 1], [BLOCK_M, D])
+    q = q_desc.load([first + start_m * BLOCK_M, 0])
+    if UPCAST:
+        q = q.to(tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    for start_n in tl.range(0, N, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+        k = k_desc.load([first + start_n, 0])
+        v = v_desc.load([first + start_n, 0])
+        if UPCAST:
+            k = k.to(tl.float32)
+        s = tl.dot(q, tl.trans(k))
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        p = tl.math.exp2(s * qk_scale - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        p_bar = p.to(v.dtype)  # P̄ in the input dtype, as FlashAttention-2 feeds P̄V
+        if UPCAST:
+            p_bar, v = p_bar.to(tl.float32), v.to(tl.float32)
+        acc = tl.dot(p_bar, v, acc * alpha[:, None])
+        m_i = m_new
+    o_desc.store([first + start_m * BLOCK_M, 0], (acc / l_i[:, None]).to(o_ptr.dtype.element_ty))
+
+
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: Sequence[int],
+            warp_specialize: bool) -> torch.Tensor:  # fmt: skip
+    """Non-causal attention of [B, H, N, D] tensors; N a multiple of both tiles."""
+    block_m, block_n, num_warps, num_stages = config
+    batch, heads, n, d = q.shape
+    if n % block_m or n % block_n:
+        raise ValueError(f"N {n} is not a multiple of the tiles {block_m}, {block_n}")
+    out = torch.empty_like(q)
+    interpreting = os.environ.get("TRITON_INTERPRET") == "1"
+    _forward[(n // block_m, batch * heads)](
+        q, k, v, out, LOG2E / math.sqrt(d), batch * heads * n, n, d, block_m, block_n,
+        warp_specialize, interpreting, num_warps=num_warps, num_stages=num_stages,
+    )  # fmt: skip
+    return out
+
+
+def golden(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    q64, k64, v64 = (t.double() for t in (q, k, v))
+    scores = q64 @ k64.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    return torch.softmax(scores, -1) @ v64
+
+
+def relative_error(out: torch.Tensor, reference: torch.Tensor) -> float:
+    return float((out.double() - reference).norm() / reference.norm())
+
+
+def _allocate(size: int, align: int, stream: Any) -> torch.Tensor:
+    """Scratch for device-side tensor descriptors (Triton asks for it with set_allocator)."""
+    return torch.empty(
+        size, dtype=torch.int8, device="cuda" if torch.cuda.is_available() else "cpu"
+    )
+
+
+def check(seed: int = 0) -> dict[str, Any]:
+    """The probe against the fp64 golden on a small shape, each config's tiles shrunk to fit."""
+    triton.set_allocator(_allocate)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    gen = torch.Generator(device=device).manual_seed(seed)
+    q, k, v = (torch.randn(1, 2, 128, 64, generator=gen, device=device).to(torch.bfloat16)
+               for _ in range(3))  # fmt: skip
+    reference = golden(q, k, v)
+    torch_bf16 = relative_error(torch.softmax((q @ k.transpose(-1, -2)).float() / 8, -1).to(
+        torch.bfloat16) @ v, reference)  # fmt: skip
+    errors = {}
+    for warp_specialize in (False, True):
+        for block_n in (32, 64):
+            out = forward(q, k, v, (64, block_n, 4, 2), warp_specialize)
+            errors[f"BLOCK_N {block_n}, warp_specialize {warp_specialize}"] = relative_error(
+                out, reference
+            )
+    return {"torch_bf16": torch_bf16, "probe": errors}
+
+
+def time_shapes(shapes: Sequence[tuple[int, int, int, int]]) -> list[dict[str, Any]]:
+    """Per shape: fa2 and cuDNN forward, and each config with warp_specialize off and on."""
+    triton.set_allocator(_allocate)
+    rows = []
+    for batch, heads, n, d in shapes:
+        rows.append(time_shape(batch, heads, n, d))
+        print(summary_line(rows[-1]), flush=True)
+    return rows
+
+
+def time_shape(batch: int, heads: int, n: int, d: int) -> dict[str, Any]:
+    from flashprobe.probes.benchmark import (
+        BenchShape,
+        Implementation,
+        _do_bench_median,
+        attend_fn,
+        make_inputs,
+    )
+    from flashprobe.spec import make_spec
+
+    shape = BenchShape(batch, heads, n, d, causal=False)
+    q, k, v, _ = make_inputs(shape)
+    reference = golden(q[:1, :2], k[:1, :2], v[:1, :2])  # fp64 on one batch's two heads
+    row: dict[str, Any] = {"shape": shape.label(), "tflop": shape.flops("fwd") / 1e12}
+    peers = {
+        "fa2": Implementation("fa2", spec=make_spec("fa2")),
+        "sdpa-cudnn": Implementation("sdpa-cudnn", sdpa_backend="CUDNN_ATTENTION"),
+    }
+    for name, impl in peers.items():
+        attend = attend_fn(impl, shape)
+        with torch.no_grad():
+            out = attend(q, k, v)
+            row[f"{name}_ms"] = _do_bench_median(lambda a=attend: a(q, k, v))
+        row[f"{name}_error"] = relative_error(out[:1, :2], reference)
+    for config in CONFIGS:
+        for warp_specialize in (False, True):
+            label = "{}x{} w{} s{}".format(*config) + (" ws" if warp_specialize else "")
+            try:
+                out = forward(q, k, v, config, warp_specialize)
+                ms = _do_bench_median(lambda c=config, w=warp_specialize: forward(q, k, v, c, w))
+                row[label] = {"ms": ms, "error": relative_error(out[:1, :2], reference)}
+            except Exception as exc:  # a config Triton cannot compile is a result, not a stop
+                row[label] = {"ms": None, "note": str(exc).splitlines()[0][:200]}
+    return row
+
+
+def summary_line(row: dict[str, Any]) -> str:
+    """The best config with and without warp_specialize, as ratios of fa2's and cuDNN's time."""
+
+    def best(ws: bool) -> tuple[str, float] | None:
+        timed = [(k, v["ms"]) for k, v in row.items() if isinstance(v, dict) and v.get("ms")
+                 and k.endswith(" ws") == ws]  # fmt: skip
+        return min(timed, key=lambda kv: kv[1]) if timed else None
+
+    parts = [row["shape"], f"fa2 {row['fa2_ms']:.3f} ms", f"cuDNN {row['sdpa-cudnn_ms']:.3f} ms"]
+    for ws in (False, True):
+        found = best(ws)
+        if found:
+            label, ms = found
+            parts.append(f"{label}: {row['fa2_ms'] / ms:.2f}× fa2, "
+                         f"{row['sdpa-cudnn_ms'] / ms:.2f}× cuDNN")  # fmt: skip
+    return " | ".join(parts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, help="write the timings here (JSON)")
+    parser.add_argument("--check", action="store_true", help="only the small-shape check")
+    args = parser.parse_args(argv)
+    result: dict[str, Any] = {"check": check(), "triton": triton.__version__,
+                              "torch": torch.__version__}  # fmt: skip
+    print(json.dumps(result["check"], indent=2))
+    if not args.check:
+        if not torch.cuda.is_available():
+            parser.error("timing needs a CUDA GPU (--check runs without one)")
+        result["gpu"] = torch.cuda.get_device_name()
+        result["shapes"] = time_shapes(SHAPES)
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
