@@ -257,25 +257,24 @@ def split_variant(text: str, presets: Iterable[str] | None = None) -> tuple[str,
     `logit-scale`, and `spec`'s argument) as (PRESET, assignments); a key given twice is an
     error. PRESET is checked against `presets` when given (first: a wrong name is the more
     likely slip); the keys are not checked here: each command knows which it takes."""
-    base, sep, rest = text.strip().partition(":")
+    text = text.strip()
+    base, sep, rest = text.partition(":")
+    base = base.strip()
     if presets is not None:
         known = list(presets)
-        if not base.strip():
+        if not base:
+            raise FlashprobeError(f"variant {text!r}: expected PRESET or PRESET:KEY=VALUE,...")
+        if base not in known:
             raise FlashprobeError(
-                f"variant {text.strip()!r}: expected PRESET or PRESET:KEY=VALUE,..."
-            )
-        if base.strip() not in known:
-            raise FlashprobeError(
-                f"variant {text.strip()!r}: unknown preset {base.strip()!r}; choose one of: "
-                + ", ".join(known)
+                f"variant {text!r}: unknown preset {base!r}; choose one of: {', '.join(known)}"
             )
     items = [p for p in rest.split(",") if p.strip()] if sep else []
     if sep and not items:
-        raise FlashprobeError(f"variant {text.strip()!r}: nothing after ':'")
+        raise FlashprobeError(f"variant {text!r}: nothing after ':'")
     try:
-        return base.strip(), parse_assignments(items, unique=True)
+        return base, parse_assignments(items, unique=True)
     except FlashprobeError as exc:
-        raise FlashprobeError(f"variant {text.strip()!r}: {exc}") from None
+        raise FlashprobeError(f"variant {text!r}: {exc}") from None
 
 
 def spec_from_yaml(path: str | Path) -> KernelSpec:
