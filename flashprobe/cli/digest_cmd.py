@@ -106,9 +106,10 @@ def digest_report_command(
     """Report digests of several device sessions: per variant seeds, diverged, divergence
     steps and median, the steps reached by the others; the control check at twice the
     reference's median divergence step; the ranking of the components a restore / add suite
-    changes (k/n failed, Fisher p, the replay's δ bias share, a reading); which layer's W_Q /
-    W_K spectral norm rises first and whether before the loss; tie and P̄ = 1 counts; max
-    logits; the δ error's sign, t and running sum per variant and layer of the replayed runs.
+    changes (k/n failed, Fisher p, the replay's δ bias share, a reading) and the same runs
+    pooled by switch value; which layer's W_Q / W_K spectral norm rises first and whether
+    before the loss; tie and P̄ = 1 counts; max logits; the δ error's sign, t and running sum
+    per variant and layer of the replayed runs.
 
     Each variant, grid point and seed counts once over all the digests: a finished run before a
     cut one, then its longest, then latest; the others are listed as superseded.
