@@ -23,7 +23,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -130,17 +130,25 @@ def check(seed: int = 0) -> dict[str, Any]:
     return {"torch_bf16": torch_bf16, "probe": errors}
 
 
-def time_shapes(shapes: Sequence[tuple[int, int, int, int]]) -> list[dict[str, Any]]:
-    """Per shape: fa2 and cuDNN forward, and each config with warp_specialize off and on."""
+def time_shapes(
+    shapes: Sequence[tuple[int, int, int, int]], save: Callable[[list[dict[str, Any]]], None]
+) -> list[dict[str, Any]]:
+    """Per shape: fa2 and cuDNN forward, and each config with warp_specialize off and on.
+    `save(rows)` runs before every compile: a config that crashes the process (a compiler
+    abort is not an exception) is left marked "compiling" in what was saved."""
     triton.set_allocator(_allocate)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for batch, heads, n, d in shapes:
-        rows.append(time_shape(batch, heads, n, d))
+        rows.append({})
+        time_shape(batch, heads, n, d, rows[-1], lambda: save(rows))
         print(summary_line(rows[-1]), flush=True)
+    save(rows)
     return rows
 
 
-def time_shape(batch: int, heads: int, n: int, d: int) -> dict[str, Any]:
+def time_shape(
+    batch: int, heads: int, n: int, d: int, row: dict[str, Any], save: Callable[[], None]
+) -> None:
     from flashprobe.probes.benchmark import (
         BenchShape,
         Implementation,
@@ -153,27 +161,31 @@ def time_shape(batch: int, heads: int, n: int, d: int) -> dict[str, Any]:
     shape = BenchShape(batch, heads, n, d, causal=False)
     q, k, v, _ = make_inputs(shape)
     reference = golden(q[:1, :2], k[:1, :2], v[:1, :2])  # fp64 on one batch's two heads
-    row: dict[str, Any] = {"shape": shape.label(), "tflop": shape.flops("fwd") / 1e12}
+    row.update(shape=shape.label(), tflop=shape.flops("fwd") / 1e12)
     peers = {
         "fa2": Implementation("fa2", spec=make_spec("fa2")),
         "sdpa-cudnn": Implementation("sdpa-cudnn", sdpa_backend="CUDNN_ATTENTION"),
     }
     for name, impl in peers.items():
         attend = attend_fn(impl, shape)
-        with torch.no_grad():
-            out = attend(q, k, v)
-            row[f"{name}_ms"] = _do_bench_median(lambda a=attend: a(q, k, v))
-        row[f"{name}_error"] = relative_error(out[:1, :2], reference)
+        try:
+            with torch.no_grad():
+                out = attend(q, k, v)
+                row[f"{name}_ms"] = _do_bench_median(lambda a=attend: a(q, k, v))
+            row[f"{name}_error"] = relative_error(out[:1, :2], reference)
+        except RuntimeError as exc:  # a backend that refuses the shape here
+            row[f"{name}_ms"], row[f"{name}_note"] = None, str(exc).splitlines()[0][:200]
     for config in CONFIGS:
         for warp_specialize in (False, True):
             label = "{}x{} w{} s{}".format(*config) + (" ws" if warp_specialize else "")
+            row[label] = {"ms": None, "note": "compiling"}
+            save()
             try:
                 out = forward(q, k, v, config, warp_specialize)
                 ms = _do_bench_median(lambda c=config, w=warp_specialize: forward(q, k, v, c, w))
                 row[label] = {"ms": ms, "error": relative_error(out[:1, :2], reference)}
             except Exception as exc:  # a config Triton cannot compile is a result, not a stop
                 row[label] = {"ms": None, "note": str(exc).splitlines()[0][:200]}
-    return row
 
 
 def summary_line(row: dict[str, Any]) -> str:
@@ -184,13 +196,14 @@ def summary_line(row: dict[str, Any]) -> str:
                  and k.endswith(" ws") == ws]  # fmt: skip
         return min(timed, key=lambda kv: kv[1]) if timed else None
 
-    parts = [row["shape"], f"fa2 {row['fa2_ms']:.3f} ms", f"cuDNN {row['sdpa-cudnn_ms']:.3f} ms"]
+    peers = {"fa2": row.get("fa2_ms"), "cuDNN": row.get("sdpa-cudnn_ms")}
+    parts = [row["shape"]] + [f"{name} {ms:.3f} ms" for name, ms in peers.items() if ms]
     for ws in (False, True):
         found = best(ws)
         if found:
             label, ms = found
-            parts.append(f"{label}: {row['fa2_ms'] / ms:.2f}× fa2, "
-                         f"{row['sdpa-cudnn_ms'] / ms:.2f}× cuDNN")  # fmt: skip
+            ratios = [f"{peer / ms:.2f}× {name}" for name, peer in peers.items() if peer]
+            parts.append(f"{label}: " + ", ".join(ratios or [f"{ms:.3f} ms"]))
     return " | ".join(parts)
 
 
@@ -199,16 +212,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write the timings here (JSON)")
     parser.add_argument("--check", action="store_true", help="only the small-shape check")
     args = parser.parse_args(argv)
+    if not args.check and not torch.cuda.is_available():
+        parser.error("timing needs a CUDA GPU (--check runs without one)")
     result: dict[str, Any] = {"check": check(), "triton": triton.__version__,
                               "torch": torch.__version__}  # fmt: skip
     print(json.dumps(result["check"], indent=2))
-    if not args.check:
-        if not torch.cuda.is_available():
-            parser.error("timing needs a CUDA GPU (--check runs without one)")
+
+    def save(rows: list[dict[str, Any]]) -> None:
+        if args.out:
+            args.out.write_text(json.dumps({**result, "shapes": rows}, indent=2))
+
+    if args.check:
+        save([])
+    else:
         result["gpu"] = torch.cuda.get_device_name()
-        result["shapes"] = time_shapes(SHAPES)
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=2))
+        time_shapes(SHAPES, save)
     return 0
 
 
