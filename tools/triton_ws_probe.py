@@ -35,6 +35,9 @@ if not torch.cuda.is_available():  # before triton's import: the kernel runs int
 import triton
 import triton.language as tl
 
+from flashprobe.numerics.gate import gate, reference_attention, rel_l2
+from flashprobe.reference.golden import golden_forward
+
 LOG2E = 1.4426950408889634
 #: (BLOCK_M, BLOCK_N, num_warps, num_stages), each timed with warp_specialize off and on.
 CONFIGS = [(128, n, w, s) for n in (64, 128) for w in (4, 8) for s in (2, 3)]
@@ -93,16 +96,6 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: Sequence[
     return out
 
 
-def golden(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    q64, k64, v64 = (t.double() for t in (q, k, v))
-    scores = q64 @ k64.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    return torch.softmax(scores, -1) @ v64
-
-
-def relative_error(out: torch.Tensor, reference: torch.Tensor) -> float:
-    return float((out.double() - reference).norm() / reference.norm())
-
-
 def _allocate(size: int, align: int, stream: Any) -> torch.Tensor:
     """Scratch for device-side tensor descriptors (Triton asks for it with set_allocator)."""
     return torch.empty(
@@ -111,23 +104,24 @@ def _allocate(size: int, align: int, stream: Any) -> torch.Tensor:
 
 
 def check(seed: int = 0) -> dict[str, Any]:
-    """The probe against the fp64 golden on a small shape, each config's tiles shrunk to fit."""
+    """The probe on a small shape through the project's numerics gate (numerics.gate: its
+    error against the fp64 golden within 2× bf16 PyTorch attention's plus the bf16 floor)."""
     triton.set_allocator(_allocate)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     gen = torch.Generator(device=device).manual_seed(seed)
     q, k, v = (torch.randn(1, 2, 128, 64, generator=gen, device=device).to(torch.bfloat16)
                for _ in range(3))  # fmt: skip
-    reference = golden(q, k, v)
-    torch_bf16 = relative_error(torch.softmax((q @ k.transpose(-1, -2)).float() / 8, -1).to(
-        torch.bfloat16) @ v, reference)  # fmt: skip
-    errors = {}
+    golden = golden_forward(q, k, v, causal=False).o
+    torch_bf16, _ = reference_attention(q, k, v, causal=False)
+    results = {}
     for warp_specialize in (False, True):
         for block_n in (32, 64):
             out = forward(q, k, v, (64, block_n, 4, 2), warp_specialize)
-            errors[f"BLOCK_N {block_n}, warp_specialize {warp_specialize}"] = relative_error(
-                out, reference
-            )
-    return {"torch_bf16": torch_bf16, "probe": errors}
+            found = gate(out, torch_bf16, golden, dtype=torch.bfloat16)
+            results[f"BLOCK_N {block_n}, warp_specialize {warp_specialize}"] = {
+                "error": found.error, "bound": found.bound, "passed": found.passed,
+            }  # fmt: skip
+    return {"torch_bf16": rel_l2(torch_bf16, golden), "probe": results}
 
 
 def time_shapes(
@@ -160,7 +154,8 @@ def time_shape(
 
     shape = BenchShape(batch, heads, n, d, causal=False)
     q, k, v, _ = make_inputs(shape)
-    reference = golden(q[:1, :2], k[:1, :2], v[:1, :2])  # fp64 on one batch's two heads
+    # fp64 on one batch's two heads
+    golden = golden_forward(q[:1, :2], k[:1, :2], v[:1, :2], causal=False).o
     row.update(shape=shape.label(), tflop=shape.flops("fwd") / 1e12)
     peers = {
         "fa2": Implementation("fa2", spec=make_spec("fa2")),
@@ -172,7 +167,7 @@ def time_shape(
             with torch.no_grad():
                 out = attend(q, k, v)
                 row[f"{name}_ms"] = _do_bench_median(lambda a=attend: a(q, k, v))
-            row[f"{name}_error"] = relative_error(out[:1, :2], reference)
+            row[f"{name}_error"] = rel_l2(out[:1, :2], golden)
         except RuntimeError as exc:  # a backend that refuses the shape here
             row[f"{name}_ms"], row[f"{name}_note"] = None, str(exc).splitlines()[0][:200]
     for config in CONFIGS:
@@ -183,7 +178,7 @@ def time_shape(
             try:
                 out = forward(q, k, v, config, warp_specialize)
                 ms = _do_bench_median(lambda c=config, w=warp_specialize: forward(q, k, v, c, w))
-                row[label] = {"ms": ms, "error": relative_error(out[:1, :2], reference)}
+                row[label] = {"ms": ms, "error": rel_l2(out[:1, :2], golden)}
             except Exception as exc:  # a config Triton cannot compile is a result, not a stop
                 row[label] = {"ms": None, "note": str(exc).splitlines()[0][:200]}
 
