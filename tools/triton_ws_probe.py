@@ -35,6 +35,9 @@ if not torch.cuda.is_available():  # before triton's import: the kernel runs int
 import triton
 import triton.language as tl
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
+
+from flashprobe.environment import environment
 from flashprobe.numerics.gate import gate, reference_attention, rel_l2
 from flashprobe.reference.golden import golden_forward
 
@@ -154,9 +157,11 @@ def time_shape(
 
     shape = BenchShape(batch, heads, n, d, causal=False)
     q, k, v, _ = make_inputs(shape)
-    # fp64 on one batch's two heads
+    # fp64 on one batch's two heads; a config is judged by the project's numerics gate there
     golden = golden_forward(q[:1, :2], k[:1, :2], v[:1, :2], causal=False).o
-    row.update(shape=shape.label(), tflop=shape.flops("fwd") / 1e12)
+    torch_bf16, _ = reference_attention(q[:1, :2], k[:1, :2], v[:1, :2], causal=False)
+    row.update(shape=shape.label(), tflop=shape.flops("fwd") / 1e12,
+               torch_bf16_error=rel_l2(torch_bf16, golden))  # fmt: skip
     peers = {
         "fa2": Implementation("fa2", spec=make_spec("fa2")),
         "sdpa-cudnn": Implementation("sdpa-cudnn", sdpa_backend="CUDNN_ATTENTION"),
@@ -178,17 +183,26 @@ def time_shape(
             try:
                 out = forward(q, k, v, config, warp_specialize)
                 ms = _do_bench_median(lambda c=config, w=warp_specialize: forward(q, k, v, c, w))
-                row[label] = {"ms": ms, "error": rel_l2(out[:1, :2], golden)}
+                found = gate(out[:1, :2], torch_bf16, golden, dtype=q.dtype)
+                row[label] = {"ms": ms, "error": found.error, "passed": found.passed}
             except Exception as exc:  # a config Triton cannot compile is a result, not a stop
                 row[label] = {"ms": None, "note": str(exc).splitlines()[0][:200]}
 
 
 def summary_line(row: dict[str, Any]) -> str:
-    """The best config with and without warp_specialize, as ratios of fa2's and cuDNN's time."""
+    """The best config with and without warp_specialize, as ratios of fa2's and cuDNN's time;
+    a config whose output failed the numerics gate is never the best, only named as wrong."""
+    configs = {k: v for k, v in row.items() if isinstance(v, dict)}
+
+    def passed(result: dict[str, Any]) -> bool:
+        # files written before the gate's verdict was recorded: a finite error
+        return bool(result.get("passed", math.isfinite(result.get("error", math.nan))))
+
+    wrong = [k for k, v in configs.items() if v.get("ms") and not passed(v)]
 
     def best(ws: bool) -> tuple[str, float] | None:
-        timed = [(k, v["ms"]) for k, v in row.items() if isinstance(v, dict) and v.get("ms")
-                 and k.endswith(" ws") == ws]  # fmt: skip
+        timed = [(k, v["ms"]) for k, v in configs.items()
+                 if v.get("ms") and passed(v) and k.endswith(" ws") == ws]  # fmt: skip
         return min(timed, key=lambda kv: kv[1]) if timed else None
 
     peers = {"fa2": row.get("fa2_ms"), "cuDNN": row.get("sdpa-cudnn_ms")}
@@ -199,6 +213,8 @@ def summary_line(row: dict[str, Any]) -> str:
             label, ms = found
             ratios = [f"{peer / ms:.2f}× {name}" for name, peer in peers.items() if peer]
             parts.append(f"{label}: " + ", ".join(ratios or [f"{ms:.3f} ms"]))
+    if wrong:
+        parts.append("wrong output: " + ", ".join(wrong))
     return " | ".join(parts)
 
 
@@ -206,11 +222,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, help="write the timings here (JSON)")
     parser.add_argument("--check", action="store_true", help="only the small-shape check")
+    parser.add_argument("--table", type=Path, help="print the summary of a saved file, run nothing")
     args = parser.parse_args(argv)
+    if args.table:
+        for row in json.loads(args.table.read_text())["shapes"]:
+            print(summary_line(row))
+        return 0
     if not args.check and not torch.cuda.is_available():
         parser.error("timing needs a CUDA GPU (--check runs without one)")
-    result: dict[str, Any] = {"check": check(), "triton": triton.__version__,
-                              "torch": torch.__version__}  # fmt: skip
+    device = "cuda" if torch.cuda.is_available() else None
+    # environment: code version, torch, triton, GPU; the inputs are make_inputs' seed 0
+    result: dict[str, Any] = {"check": check(), "environment": environment(device), "seed": 0,
+                              "triton": triton.__version__, "torch": torch.__version__}  # fmt: skip
     print(json.dumps(result["check"], indent=2))
 
     def save(rows: list[dict[str, Any]]) -> None:

@@ -4,6 +4,7 @@ Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1 without a GPU)."
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 from pathlib import Path
 
@@ -37,12 +38,17 @@ def test_uneven_tiles_are_refused() -> None:
 def test_the_summary_names_the_best_config_each_way() -> None:
     row = {
         "shape": "B32 H16 N1024 D64 full", "fa2_ms": 1.0, "sdpa-cudnn_ms": 0.8,
-        "128x64 w4 s2": {"ms": 1.25}, "128x128 w8 s3": {"ms": 0.9},
-        "128x64 w4 s2 ws": {"ms": 0.8}, "128x128 w8 s3 ws": {"ms": None, "note": "x"},
+        "128x64 w4 s2": {"ms": 1.25, "passed": True},
+        "128x128 w8 s3": {"ms": 0.9, "passed": True},
+        "128x64 w4 s2 ws": {"ms": 0.8, "passed": True},
+        "128x128 w8 s3 ws": {"ms": None, "note": "x"},
+        "128x64 w4 s3 ws": {"ms": 0.5, "error": math.inf, "passed": False},
     }  # fmt: skip
     line = probe.summary_line(row)
     assert "128x128 w8 s3: 1.11× fa2, 0.89× cuDNN" in line
+    # the fastest ws config gave a wrong output (as w4 s3 did on an H200): named, not the best
     assert "128x64 w4 s2 ws: 1.25× fa2, 1.00× cuDNN" in line
+    assert line.endswith("wrong output: 128x64 w4 s3 ws")
 
 
 def test_a_shape_is_timed_config_by_config_and_saved_before_each_compile(monkeypatch) -> None:
@@ -70,5 +76,20 @@ def test_a_shape_is_timed_config_by_config_and_saved_before_each_compile(monkeyp
     if here == "cpu":
         assert row["sdpa-cudnn_ms"] is None and row["sdpa-cudnn_note"]  # no cuDNN on a CPU
     for label in ("64x64 w4 s2", "64x64 w4 s2 ws"):
-        assert row[label]["ms"] == 1.0 and row[label]["error"] < 1e-2, label
+        assert row[label]["ms"] == 1.0 and row[label]["passed"], label
+    assert row["torch_bf16_error"] < 1e-2
     assert "fa2" in probe.summary_line(row)
+
+
+def test_check_records_its_environment_and_table_reprints_a_saved_file(tmp_path, capsys) -> None:
+    out = tmp_path / "probe.json"
+    assert probe.main(["--check", "--out", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    assert saved["environment"]["torch"] == torch.__version__ and saved["seed"] == 0
+    row = {"shape": "S", "fa2_ms": 2.0, "a": {"ms": 1.0, "error": 0.002},
+           "a ws": {"ms": 0.5, "error": math.inf}}  # fmt: skip
+    out.write_text(json.dumps({**saved, "shapes": [row]}))
+    capsys.readouterr()
+    assert probe.main(["--table", str(out)]) == 0
+    # a file without the gate's verdict: a non-finite error is a wrong output
+    assert capsys.readouterr().out.strip() == "S | fa2 2.000 ms | a: 2.00× fa2 | wrong output: a ws"
