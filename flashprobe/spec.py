@@ -268,9 +268,11 @@ def split_variant(text: str, presets: Iterable[str] | None = None) -> tuple[str,
             raise FlashprobeError(
                 f"variant {text!r}: unknown preset {base!r}; choose one of: {', '.join(known)}"
             )
-    items = [p for p in rest.split(",") if p.strip()] if sep else []
-    if sep and not items:
+    items = rest.split(",") if sep else []
+    if sep and not rest.strip():
         raise FlashprobeError(f"variant {text!r}: nothing after ':'")
+    if any(not item.strip() for item in items):  # `a=1,,b=2`, `a=1,`: a field lost in a typo?
+        raise FlashprobeError(f"variant {text!r}: an empty KEY=VALUE between commas")
     try:
         return base, parse_assignments(items, unique=True)
     except FlashprobeError as exc:

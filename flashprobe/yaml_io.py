@@ -24,19 +24,50 @@ MAX_DEPTH = 64
 _MERGE = "tag:yaml.org,2002:merge"
 
 
-class SafeLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that also reads `1e-3` and `4E+2` as floats.
+_BOOL, _INT, _FLOAT = (f"tag:yaml.org,2002:{kind}" for kind in ("bool", "int", "float"))
 
-    PyYAML follows YAML 1.1, whose float pattern needs a dot (`1.0e-3`), so `lr: 1e-3` would
-    arrive as the string '1e-3'; YAML 1.2 (and every user) reads it as a number.
+
+class SafeLoader(yaml.SafeLoader):
+    """yaml.SafeLoader with YAML 1.2's booleans and numbers instead of YAML 1.1's.
+
+    PyYAML follows YAML 1.1, which reads `4:5` as 245 (base 60), `020` as 16 (octal) and `yes`,
+    `on` as true, and whose float pattern needs a dot (`1.0e-3`), so `lr: 1e-3` would arrive as
+    the string '1e-3'. YAML 1.2's core schema (what every user means) reads `true`/`false`,
+    decimal integers (`_` separators kept, as Python allows), `0x`/`0o` integers, and floats
+    with or without a dot; anything else is a string, which the field's check then refuses.
     """
 
 
+SafeLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in (_BOOL, _INT, _FLOAT)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 SafeLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    _BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+SafeLoader.add_implicit_resolver(
+    _INT,
+    re.compile(r"^(?:[-+]?[0-9][0-9_]*|0o[0-7]+|0x[0-9a-fA-F]+)$"),
     list("-+0123456789"),
 )
+SafeLoader.add_implicit_resolver(
+    _FLOAT,
+    re.compile(
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+.0123456789"),
+)
+
+
+def _construct_int(loader: SafeLoader, node: ScalarNode) -> int:
+    text = str(loader.construct_scalar(node)).replace("_", "")
+    if text.startswith(("0x", "0o")):
+        return int(text, 0)
+    return int(text, 10)  # `020` is 20: no YAML 1.1 octal
+
+
+SafeLoader.add_constructor(_INT, _construct_int)
 
 
 def load_yaml(text: str) -> Any:

@@ -325,6 +325,8 @@ def test_split_variant_reads_preset_and_fields(text: str, expected: tuple) -> No
     [
         ("fa2:", None, "nothing after ':'"),
         ("fa2:beta=3,beta=4", None, "given twice"),
+        ("fa2:beta=4,,block_n=16", None, "empty KEY=VALUE"),
+        ("fa2:block_n=16,", None, "empty KEY=VALUE"),
         ("fa2:beta", None, "key=value"),
         ("fa2:beta", PRESETS, "key=value"),
         # the preset first: `nope:ties` names the unknown preset, the likelier slip

@@ -15,6 +15,32 @@ def test_exponent_floats_are_numbers(text: str, value: object) -> None:
     assert loaded == value and type(loaded) is type(value)
 
 
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("4:5", "4:5"),  # YAML 1.1: 245, base 60
+        ("1:0", "1:0"),
+        ("020", 20),  # YAML 1.1: 16, octal
+        ("0x10", 16),
+        ("0o17", 15),
+        ("1_000", 1000),
+        ("yes", "yes"),  # YAML 1.1: true
+        ("on", "on"),
+        ("off", "off"),
+        ("True", True),
+        ("false", False),
+        (".5", 0.5),
+        ("-.inf", float("-inf")),
+        ("1.0.0", "1.0.0"),
+    ],
+)
+def test_booleans_and_numbers_follow_yaml_1_2(text: str, value: object) -> None:
+    """A value that YAML 1.1 would turn into another number or a boolean stays what it says,
+    so a field's check refuses it instead of taking a silent 245 or true."""
+    loaded = load_yaml(f"x: {text}")["x"]
+    assert loaded == value and type(loaded) is type(value)
+
+
 def test_loader_is_safe() -> None:
     with pytest.raises(Exception, match="could not determine a constructor"):
         load_yaml("x: !!python/object/apply:os.system ['true']")

@@ -53,7 +53,7 @@ def check_branches(suite: Suite) -> None:
             raise FlashprobeError(
                 f"{where}: branch.step ({step}) is beyond its train.steps ({theirs.train.steps})"
             )
-        if step not in saved_checkpoint_steps(theirs.train):
+        if not saves_checkpoint_at(theirs.train, step):
             raise FlashprobeError(
                 f"{where}: it saves no checkpoint at step {step} (set its "
                 f"train.checkpoint_every to a divisor of {step})"
@@ -65,13 +65,12 @@ def check_branches(suite: Suite) -> None:
             )
 
 
-def saved_checkpoint_steps(loop: LoopConfig) -> list[int]:
-    """Steps (completed) at which a full run saves checkpoints."""
+def saves_checkpoint_at(loop: LoopConfig, step: int) -> bool:
+    """Whether a full run saves a checkpoint after `step` completed steps (arithmetic, not a
+    list: a run's steps may be counted in billions)."""
     every = loop.checkpoint_every
-    steps = list(range(every, loop.steps + 1, every)) if every else []
-    if loop.checkpoint_final and loop.steps not in steps:
-        steps.append(loop.steps)
-    return steps
+    periodic = bool(every) and 1 <= step <= loop.steps and step % every == 0
+    return periodic or (loop.checkpoint_final and step == loop.steps)
 
 
 def _data_key(data: dict[str, Any]) -> dict[str, Any]:
