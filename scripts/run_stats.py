@@ -73,6 +73,9 @@ def runs(paths: Sequence[str | Path], chosen: Sequence[str] = ()) -> list[Digest
     kept = trained_runs(cells)
     if not chosen:
         return kept
+    malformed = [name for name in chosen if not name.rpartition(":")[2].isdigit()]
+    if malformed:
+        raise ValueError(f"--cell {malformed[0]!r}: expected VARIANT:SEED, e.g. fa2:0")
     wanted = {tuple(name.rsplit(":", 1)) for name in chosen}
     picked = [c for c in kept if (c.variant, str(c.seed)) in wanted]
     missing = wanted - {(c.variant, str(c.seed)) for c in picked}

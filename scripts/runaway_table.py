@@ -117,7 +117,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.margin is not None and not args.margin > 0:
         parser.error(f"--margin must be positive, got {args.margin}")
-    table = rows(args.digests, args.margin)
+    try:
+        table = rows(args.digests, args.margin)
+    except ValueError as exc:  # FlashprobeError too: a missing or malformed digest
+        parser.error(str(exc))  # one line, exit 2
     table.sort(key=lambda r: (r["class"], r["variant"], r["seed"]))
     print(tabulate(table, headers="keys", tablefmt="github", missingval="-"))
     counts = Counter(r["class"] for r in table)

@@ -218,6 +218,25 @@ def summary_line(row: dict[str, Any]) -> str:
     return " | ".join(parts)
 
 
+def table_lines(path: Path) -> list[str]:
+    """The summary lines of a file `--out` wrote; ValueError saying what is wrong with it."""
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(exc.strerror or str(exc)) from None
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg}, line {exc.lineno})") from None
+    shapes = saved.get("shapes") if isinstance(saved, dict) else None
+    if not isinstance(shapes, list) or not all(isinstance(r, dict) for r in shapes):
+        raise ValueError("no list of shapes: not a file this probe wrote")
+    try:
+        return [summary_line(row) for row in shapes]
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"a malformed shape row ({exc!r})") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, help="write the timings here (JSON)")
@@ -225,9 +244,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--table", type=Path, help="print the summary of a saved file, run nothing")
     args = parser.parse_args(argv)
     if args.table:
-        for row in json.loads(args.table.read_text())["shapes"]:
-            print(summary_line(row))
+        try:
+            print("\n".join(table_lines(args.table)))
+        except ValueError as exc:
+            parser.error(f"--table {args.table}: {exc}")  # one line, exit 2
         return 0
+    if args.out is not None and os.path.lexists(args.out):  # before the minutes of work
+        parser.error(f"--out {args.out} exists; refusing to overwrite it")
     if not args.check and not torch.cuda.is_available():
         parser.error("timing needs a CUDA GPU (--check runs without one)")
     device = "cuda" if torch.cuda.is_available() else None

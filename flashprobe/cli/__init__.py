@@ -40,6 +40,12 @@ def _register_commands() -> None:
     from flashprobe.cli import commands  # noqa: F401
 
 
+#: OSErrors that say the path given was wrong, not that the run failed (a full disk: exit 1).
+_BAD_PATH_ERRNOS = frozenset(
+    {errno.ENAMETOOLONG, errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.EROFS}
+)
+
+
 def error(message: str) -> None:
     """Print a one-line error and exit with code 2 (bad input)."""
     typer.echo(f"flashprobe: error: {message}", err=True)
@@ -69,8 +75,8 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as exc:  # a full disk, a vanished folder: one line, not a traceback
         where = f": {exc.filename}" if exc.filename else ""
         typer.echo(f"flashprobe: error: {exc.strerror or exc}{where}", err=True)
-        # A path too long to exist is a bad argument (exit 2), not a failed run.
-        raise SystemExit(2 if exc.errno == errno.ENAMETOOLONG else 1) from None
+        # A path that cannot exist or be written is a bad argument (exit 2), not a failed run.
+        raise SystemExit(2 if exc.errno in _BAD_PATH_ERRNOS else 1) from None
     except Exception as exc:
         # Typer vendors click in new releases and depends on it in old ones: match by shape.
         if type(exc).__name__ == "Exit":

@@ -193,7 +193,8 @@ def ablate_command(
             if o.message:
                 typer.echo(f"- {o.planned.cell.name}: {o.status.replace('_', ' ')}: {o.message}")
     if run.replay is not None and fmt != "json":  # csv: stdout stays one table
-        typer.echo(_replay_line(run.replay, run.store.root), err=fmt == "csv")
+        failed = run.replay.status == "failed"  # an error goes where errors go
+        typer.echo(_replay_line(run.replay, run.store.root), err=fmt == "csv" or failed)
     if not run.ok:
         raise SystemExit(1)
 

@@ -45,8 +45,13 @@ def check_plot_folder(plot: Path | None, force: bool) -> None:
 
 
 def check_new_figures(paths: Iterable[Path], force: bool) -> None:
-    """Before writing anything: refuse a figure already there, unless --force."""
+    """Before writing anything: refuse a figure already there, unless --force; even with it,
+    something that is not a file where a figure goes (a folder), which --force cannot replace."""
     if not force:
         from flashprobe.reporting.atomic import check_new_files
 
         check_new_files(paths, "--force replaces it")
+        return
+    for path in paths:
+        if path.exists() and not path.is_file():
+            raise FlashprobeError(f"{path} is a folder, not a file; --force replaces only files")

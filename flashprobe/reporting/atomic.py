@@ -21,8 +21,12 @@ def write_bytes_atomic(path: Path, blob: bytes) -> None:
     The file gets the mode a plain open() would give it (0o666 less the umask), not mkstemp's
     0o600: a store shared by a team stays readable to it.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+        # a path the user gave that cannot hold a file: name it, not the temporary file
+        raise FlashprobeError(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
         os.fchmod(fd, default_mode())
         with os.fdopen(fd, "wb") as handle:
@@ -81,5 +85,16 @@ def check_output_folder(path: Path, what: str) -> None:
         existing = existing.parent
     if not existing.is_dir():
         raise FlashprobeError(f"{what} {path}: {existing} is not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
+    if not os.access(existing, os.W_OK | os.X_OK) or not _can_create_in(existing):
         raise FlashprobeError(f"{what} {path}: {existing} is not writable")
+
+
+def _can_create_in(folder: Path) -> bool:
+    """Try it: os.access says yes to root everywhere, also in /proc, where nothing is created."""
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".flashprobe-write-check.")
+    except OSError:
+        return False
+    os.close(fd)
+    Path(probe).unlink(missing_ok=True)
+    return True

@@ -251,7 +251,10 @@ def stop(
 
 
 def _start(shard: Shard) -> subprocess.Popen[bytes]:
-    shard.log.parent.mkdir(parents=True, exist_ok=True)
+    try:  # the shards share the folder: the first start finds a file there, before any runs
+        shard.log.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise FlashprobeError(f"shard logs folder {shard.log.parent} is not a folder") from None
     with shard.log.open("wb") as log:  # a rerun of the same shard replaces its log
         log.write(f"$ {shlex.join(shard.command)}\n".encode())
         log.flush()

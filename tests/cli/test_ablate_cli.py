@@ -335,7 +335,8 @@ def test_a_failed_replay_keeps_the_summary_and_exits_1(tmp_path, run_cli, monkey
     result = run_cli("ablate", "-c", config, "--store", str(store))
     assert result.code == 1
     assert "2 cells (2 run, 0 cached)" in result.out
-    assert "replay failed: RuntimeError: kernel exploded" in result.out
+    assert "replay failed: RuntimeError: kernel exploded" in result.err  # errors to stderr
+    assert "replay failed" not in result.out
     assert all(json.loads((p / "summary.json").read_text())["status"] == "done"
                for p in (store / "tiny").iterdir() if p.is_dir())  # fmt: skip
 

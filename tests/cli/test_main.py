@@ -56,6 +56,29 @@ def test_an_os_error_is_one_line_exit_1(run_cli, monkeypatch, tmp_path) -> None:
     assert result.err.strip() == f"flashprobe: error: No space left on device: {tmp_path / 'x'}"
 
 
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [("ENOENT", "No such file or directory"), ("EACCES", "Permission denied"),
+     ("EROFS", "Read-only file system")],
+)  # fmt: skip
+def test_an_os_error_about_the_path_is_bad_input_exit_2(
+    run_cli, monkeypatch, tmp_path, code: str, message: str
+) -> None:
+    """A path that cannot be written (no such folder, no permission, read-only) is the
+    user's argument, not a failed run: exit 2, as a missing input file is."""
+    import errno
+
+    from flashprobe.reporting import report
+
+    def bad_path(*args, **kwargs):
+        raise OSError(getattr(errno, code), message, str(tmp_path / "x"))
+
+    monkeypatch.setattr(report, "build_reports", bad_path)
+    result = run_cli("report", str(tmp_path))
+    assert result.code == 2
+    assert result.err.strip() == f"flashprobe: error: {message}: {tmp_path / 'x'}"
+
+
 @pytest.mark.parametrize("command", ["ablate", "spec", "report", "digest", "digest-report"])
 def test_a_path_too_long_is_bad_input_exit_2(run_cli, tmp_path, command: str) -> None:
     """A file name over the system's limit (ENAMETOOLONG) is a bad argument, like a missing

@@ -33,3 +33,14 @@ def test_a_figure_already_there_is_refused_unless_forced(tmp_path: Path) -> None
     check_new_figures([new, there], force=True)
     check_new_figures([new], force=False)
     assert there.read_bytes() == b"png" and not new.exists()
+
+
+def test_a_folder_where_a_figure_goes_is_refused_even_when_forced(tmp_path: Path) -> None:
+    """--force replaces figures; it cannot replace a folder, so the whole set is refused
+    before the first figure is written (it used to fail half-way, earlier figures replaced)."""
+    first, folder = tmp_path / "a_loss.png", tmp_path / "a_tie_counts.png"
+    first.write_bytes(b"old")
+    folder.mkdir()
+    with pytest.raises(FlashprobeError, match=r"a_tie_counts\.png is a folder"):
+        check_new_figures([first, folder], force=True)
+    assert first.read_bytes() == b"old"

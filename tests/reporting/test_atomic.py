@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -66,3 +67,20 @@ def test_check_new_files_names_the_first_that_is_there(tmp_path) -> None:
     paths[1].rmdir()
     with pytest.raises(FlashprobeError, match=r"c\.png exists"):
         check_new_files(paths, "--force replaces it")
+
+
+PROC = Path("/proc")
+
+
+@pytest.mark.skipif(not (PROC / "self").is_dir(), reason="needs Linux's /proc")
+def test_a_folder_where_nothing_can_be_created_is_refused_before_any_work() -> None:
+    """/proc passes os.access for root, yet no file can be created in it: the check tries."""
+    with pytest.raises(FlashprobeError, match="/proc is not writable"):
+        check_output_folder(PROC / "figures", "--plot")
+
+
+@pytest.mark.skipif(not (PROC / "self").is_dir(), reason="needs Linux's /proc")
+def test_an_atomic_write_that_cannot_start_names_the_file_not_its_temporary() -> None:
+    with pytest.raises(FlashprobeError, match=r"^cannot write /proc/x\.json: ") as raised:
+        write_text_atomic(PROC / "x.json", "{}")
+    assert ".tmp" not in str(raised.value)

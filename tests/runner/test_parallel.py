@@ -260,3 +260,14 @@ def test_a_shard_watches_its_parent_where_no_death_signal_is_armed(tmp_path) -> 
 def test_jobs_must_be_a_count(jobs) -> None:
     with pytest.raises(FlashprobeError, match="--jobs must be an integer >= 1"):
         check_jobs(jobs)
+
+
+def test_a_file_where_the_shard_logs_go_is_bad_input_before_any_shard_starts(tmp_path) -> None:
+    """`STORE/<suite>/logs` as a file: one line naming it (it was exit 1, "File exists")."""
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "logs").write_text("kept")
+    said: list[str] = []
+    shards = [shard(tmp_path, k, "pass") for k in (0, 1)]
+    with pytest.raises(FlashprobeError, match=r"shard logs folder .*logs is not a folder"):
+        run_shards(shards, say=said.append)
+    assert said == [] and (tmp_path / "tiny" / "logs").read_text() == "kept"

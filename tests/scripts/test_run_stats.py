@@ -66,3 +66,11 @@ def test_an_unknown_run_is_one_line_and_exit_2() -> None:
     assert result.returncode == 2
     assert "no run with logged curves for nope:3" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("cell", ["fa2", "fa2:", "fa2:x"])
+def test_a_cell_without_a_seed_is_one_line_and_exit_2(cell: str) -> None:
+    result = _cli("--cell", cell)
+    assert result.returncode == 2
+    assert f"--cell {cell!r}: expected VARIANT:SEED" in result.stderr
+    assert "Traceback" not in result.stderr

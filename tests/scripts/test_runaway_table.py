@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from flashprobe.reporting.digest.schema import DigestCell
 
 ROOT = Path(__file__).parents[2]
@@ -82,3 +84,19 @@ def test_a_loss_rule_of_min_plus_0_3_sorts_the_adamw_runs_as_the_findings_say() 
     judged = {r["seed"]: r["min + 0.3 at"] for r in rows
               if r["variant"] == "paper-code" and r["seed"] in (5, 6, 7)}  # fmt: skip
     assert judged == {5: 2599, 6: 3069, 7: 3319}
+
+
+@pytest.mark.parametrize("content", [None, "", "{}", "not json", b"\x89PNG\x00"])
+def test_a_missing_or_malformed_digest_is_one_line_and_exit_2(tmp_path, content) -> None:
+    path = tmp_path / "d.json"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "runaway_table.py"), str(path)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("runaway_table.py: error: ") and "d.json" in last

@@ -93,3 +93,28 @@ def test_check_records_its_environment_and_table_reprints_a_saved_file(tmp_path,
     assert probe.main(["--table", str(out)]) == 0
     # a file without the gate's verdict: a non-finite error is a wrong output
     assert capsys.readouterr().out.strip() == "S | fa2 2.000 ms | a: 2.00× fa2 | wrong output: a ws"
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [(None, "No such file"), (b"\xff\xfe", "not UTF-8"), ("{", "not JSON"),
+     ("{}", "no list of shapes"), ('{"shapes": [{"x": 1}]}', "malformed shape row")],
+)  # fmt: skip
+def test_table_refuses_a_file_it_did_not_write_in_one_line(tmp_path, capsys, content, needle):
+    path = tmp_path / "probe.json"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    with pytest.raises(SystemExit) as exited:
+        probe.main(["--table", str(path)])
+    assert exited.value.code == 2 and needle in capsys.readouterr().err
+
+
+def test_out_refuses_to_overwrite_before_any_work(tmp_path, capsys) -> None:
+    out = tmp_path / "probe.json"
+    out.write_text("kept")
+    with pytest.raises(SystemExit) as exited:
+        probe.main(["--check", "--out", str(out)])
+    assert exited.value.code == 2 and "exists; refusing to overwrite" in capsys.readouterr().err
+    assert out.read_text() == "kept"
