@@ -23,6 +23,7 @@ is given.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,8 +44,8 @@ class RiseRule:
     reference_step: int | None = None  # None: the run's divergence.min_step, else 0
 
     def __post_init__(self) -> None:
-        if not self.factor > 1.0:
-            raise FlashprobeError(f"--rise-factor must be > 1, got {self.factor}")
+        if not 1.0 < self.factor < math.inf:  # inf: a rule that can never fire
+            raise FlashprobeError(f"--rise-factor must be a finite number > 1, got {self.factor}")
         if self.reference_step is not None and self.reference_step < 0:
             raise FlashprobeError(f"--rise-from must be a step >= 0, got {self.reference_step}")
 

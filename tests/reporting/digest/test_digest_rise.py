@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -91,7 +92,8 @@ def test_falls_back_to_the_largest_head(tmp_path: Path, make) -> None:
 
 
 def test_bad_rules() -> None:
-    with pytest.raises(FlashprobeError, match="--rise-factor"):
-        RiseRule(factor=1.0)
+    for factor in (1.0, math.inf, math.nan):  # inf would never fire; nan compares false
+        with pytest.raises(FlashprobeError, match="--rise-factor"):
+            RiseRule(factor=factor)
     with pytest.raises(FlashprobeError, match="--rise-from"):
         RiseRule(reference_step=-1)
