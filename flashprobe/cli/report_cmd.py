@@ -101,6 +101,8 @@ def report_command(
         raise FlashprobeError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if table is not None and fmt != "csv":
         raise FlashprobeError(f"--table applies to --format csv only (got --format {fmt})")
+    if wide and fmt != "table":  # markdown is never fitted; csv and json are not tables of text
+        raise FlashprobeError(f"--wide applies to --format table only (got --format {fmt})")
     table = table or "ranking"
     if failure != "logit-runaway" and (logit_limit is not None or failure_layers):
         given = "--logit-limit" if logit_limit is not None else "--failure-layer"

@@ -49,6 +49,8 @@ def test_bad_options(run_cli, tmp_path) -> None:
         ("--table", "metrics"),  # csv only
         ("--logit-limit", "5"),  # logit-runaway only
         ("--failure", "divergence", "--failure-layer", "0"),
+        ("--wide", "--format", "json"),  # text tables only
+        ("--wide", "--format", "csv"),
     ):
         result = run_cli("report", str(root), *alone)
         assert result.code == 2 and "applies to --" in result.err, alone
