@@ -37,6 +37,10 @@ OUTCOME_LEGEND = (
     "outcome)."
 )
 CONTROL_COLS = ["variant", "seeds", "bound (steps)", "verdict", "why"]
+#: With more replayed variants than this, the per layer and step δ table shows the run's own
+#: variant only (12 layers × 5 steps × 23 variants would be 1,380 rows); the others are in the
+#: summary table, and every row is in the JSON.
+DELTA_VARIANTS_SHOWN = 4
 DELTA_COLS = ["variant", "layer", "step", "δ error mean", "sign", "t", "heads > 0",
               "running sum"]  # fmt: skip
 DELTA_LEGEND = (
@@ -323,12 +327,19 @@ def _replay_section(cell: DigestCell, heading: Any, table: Any) -> list[str]:
     if later:
         what = "the capture at step" if len(later) == 1 else "the captures at steps"
         scope += f" (left out: {what} {', '.join(map(str, later))})"
+    shown = _replay_variants(cell)
+    if len(shown) > DELTA_VARIANTS_SHOWN:
+        scope += (
+            f"; per layer and step: {cell.variant} only, the other {len(shown) - 1} replayed "
+            "variants are summarised below (the JSON format has every row)"
+        )
+        shown = shown[:1]
     out = [
         heading(title),
         f"Captures of layers {layers} at steps {steps} of {replay.source_cell or cell.name}, "
         f"replayed on the {replay.backend or '?'} backend; {scope}.",
         "",
-        table(_delta_rows(cell), DELTA_COLS),
+        table(_delta_rows(cell, shown), DELTA_COLS),
         "",
         DELTA_LEGEND,
     ]
@@ -360,10 +371,11 @@ def _replay_variants(cell: DigestCell) -> list[str]:
     return sorted(names, key=lambda v: v != cell.variant)
 
 
-def _delta_rows(cell: DigestCell) -> list[list[Any]]:
+def _delta_rows(cell: DigestCell, variants: Sequence[str]) -> list[list[Any]]:
     assert cell.replay is not None
-    order = {v: i for i, v in enumerate(_replay_variants(cell))}
-    rows = sorted(cell.replay.rows(before=cell.diverged_step), key=lambda x: order[x[0]])
+    order = {v: i for i, v in enumerate(variants)}
+    rows = [x for x in cell.replay.rows(before=cell.diverged_step) if x[0] in order]
+    rows.sort(key=lambda x: order[x[0]])
     return [
         [variant, layer, d.step, d.mean, d.sign, d.t, f"{d.heads_positive}/{d.heads}",
          d.running_sum]

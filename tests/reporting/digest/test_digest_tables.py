@@ -103,6 +103,27 @@ def test_the_replay_section_shows_the_replay_json(replayed_store: Path, tmp_path
     )  # after the attention section, as in markdown
 
 
+def test_with_many_replayed_variants_the_delta_table_keeps_the_runs_own(
+    replayed_store: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """Past DELTA_VARIANTS_SHOWN variants (the AdamW replay has 23 × 12 layers × 5 steps), the
+    per layer and step table shows the run's own variant; the summary keeps every variant."""
+    from flashprobe.reporting.digest import tables
+
+    monkeypatch.setattr(tables, "DELTA_VARIANTS_SHOWN", 1)
+    out = tmp_path / "replayed.json"
+    write_digest(replayed_store, out)
+    (report,) = build_digest_reports(load_digests([out]), reference="touchy")
+    text = render_digest_reports([report], "markdown")
+    heading = "## δ replay: touchy seed 0"
+    assert "per layer and step: touchy only, the other 1 replayed variants are summarised" in text
+    delta, _gradients, summary = _tables(text, heading)
+    assert {r["variant"] for r in delta} == {"touchy"} and len(delta) == 4  # 2 layers × 2 steps
+    assert [r["variant"] for r in summary] == ["touchy", "paper-code"]
+    data = json.loads(render_digest_reports([report], "json"))[0]
+    assert set(data["replay"][0]["delta"]) == {"touchy", "paper-code"}  # JSON: every variant
+
+
 def test_old_digests_render_without_a_replay_section(tmp_path: Path, make) -> None:
     results = Path(__file__).parents[3] / "docs" / "results"
     old = results / "loss-explosion-adamw-paper-code-fa2.json"
