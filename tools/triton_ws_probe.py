@@ -38,8 +38,10 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
 
 from flashprobe.environment import environment
+from flashprobe.errors import FlashprobeError
 from flashprobe.numerics.gate import gate, reference_attention, rel_l2
 from flashprobe.reference.golden import golden_forward
+from flashprobe.reporting.atomic import check_new_files
 
 LOG2E = 1.4426950408889634
 #: (BLOCK_M, BLOCK_N, num_warps, num_stages), each timed with warp_specialize off and on.
@@ -249,8 +251,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as exc:
             parser.error(f"--table {args.table}: {exc}")  # one line, exit 2
         return 0
-    if args.out is not None and os.path.lexists(args.out):  # before the minutes of work
-        parser.error(f"--out {args.out} exists; refusing to overwrite it")
+    try:  # before the minutes of work: the project's rule for a result file already there
+        check_new_files([args.out] if args.out else [], "remove it or choose another --out")
+    except FlashprobeError as exc:
+        parser.error(f"--out: {exc}")
     if not args.check and not torch.cuda.is_available():
         parser.error("timing needs a CUDA GPU (--check runs without one)")
     device = "cuda" if torch.cuda.is_available() else None
