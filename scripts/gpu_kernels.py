@@ -1,7 +1,8 @@
 """One device call for the Triton kernels: GPU tests, optional tuning, and the speed grid.
 
     PYTHONUNBUFFERED=1 python scripts/gpu_kernels.py --out $OUT [--no-tests] [--tune]
-        [--tune-seq 4096] [--no-grid] [--atomic-dq] [--tune-atomic-only]
+        [--tune-seq 4096] [--tune-forward fa2 sfa fa2+stats] [--no-grid] [--atomic-dq]
+        [--tune-atomic-only]
 
 1. `pytest -m gpu tests` (every gpu-marked test; subprocess, xdist) → OUT/gpu_tests.log;
 2. meanwhile, every kernel variant to be timed is compiled once in parallel worker processes
@@ -9,7 +10,9 @@
 3. with --tune: the forward launch configs of fa2, sfa and fa2 with stats, and fa2's backward
    ones, per (head_dim, causal) on one shape (N = --tune-seq, 32k tokens) → OUT/<arch>.json,
    also written to flashprobe/kernels/tuned/ here, and every candidate's time →
-   OUT/tune_log.json;
+   OUT/tune_log.json; on Hopper (sm_90) every candidate is timed with pointer loads and with
+   tensor-descriptor (TMA) loads (`tuning.FwdConfig.tma`); --tune-forward narrows the forward
+   variants tuned (the others keep their entries);
 4. unless --no-grid: `flashprobe bench`'s grid (fa2, sfa, fa2 with stats against SDPA flash
    and cuDNN, and FlashAttention-2 and -3 where installed) → OUT/bench.json and the table on
    stdout.
@@ -69,8 +72,17 @@ def _compile_task(task: tuple) -> str:
 FWD_TUNED = (("fa2", False), ("sfa", False), ("fa2", True))
 
 
+def _label(preset: str, instrumented: bool) -> str:
+    return preset + ("+stats" if instrumented else "")
+
+
 def tune(
-    out: Path, workers: int, seq: int, atomic_dq: bool = False, atomic_only: bool = False
+    out: Path,
+    workers: int,
+    seq: int,
+    atomic_dq: bool = False,
+    atomic_only: bool = False,
+    fwd_tuned: tuple[tuple[str, bool], ...] = FWD_TUNED,
 ) -> None:
     import torch
 
@@ -79,19 +91,20 @@ def tune(
     from flashprobe.spec import make_spec
 
     configs = [(d, c) for d in HEAD_DIMS for c in (True, False)]
-    fwd_tuned = () if atomic_only else FWD_TUNED
+    fwd_tuned = () if atomic_only else fwd_tuned
+    arch = tuning.arch_name(torch.device("cuda"))
+    tma = int(arch[2:]) >= 90  # each candidate also with tensor-descriptor (TMA) loads
     tasks = [("tune-fwd", p, d, c, tuning.config_dict(cfg), inst)
              for p, inst in fwd_tuned for d, c in configs
-             for cfg in autotune.fwd_candidates(d)]  # fmt: skip
+             for cfg in autotune.fwd_candidates(d, tma)]  # fmt: skip
     if not atomic_only:
         tasks += [("tune-bwd", "fa2", d, c, tuning.config_dict(cfg), False)
-                  for d, c in configs for cfg in autotune.bwd_candidates(d)]  # fmt: skip
+                  for d, c in configs for cfg in autotune.bwd_candidates(d, tma=tma)]  # fmt: skip
     if atomic_dq or atomic_only:
         tasks += [("tune-bwd-atomic", "fa2", d, c, tuning.config_dict(cfg), False)
                   for d, c in configs
-                  for cfg in autotune.bwd_candidates(d, atomic_dq=True)]  # fmt: skip
+                  for cfg in autotune.bwd_candidates(d, atomic_dq=True, tma=tma)]  # fmt: skip
     autotune.compile_in_parallel(_compile_task, tasks, workers)
-    arch = tuning.arch_name(torch.device("cuda"))
     tuned: dict[str, dict[str, int]] = {}
     log: dict[str, list] = {}
     known = tuning.load_tuned(arch)
@@ -110,15 +123,15 @@ def tune(
         for preset, instrument in fwd_tuned:
             spec = make_spec(preset)
             variant = launch.forward_variant(spec, two_pass=False, instrument=instrument)
-            candidates = autotune.fwd_candidates(d)
+            candidates = autotune.fwd_candidates(d, tma)
             fwd = autotune.tune_forward(inputs, c, spec, candidates, instrument=instrument)
             record(tuning.fwd_key(d, c, 64, "bf16", variant), fwd)
         if not atomic_only:
-            candidates = autotune.bwd_candidates(d)
+            candidates = autotune.bwd_candidates(d, tma=tma)
             bwd = autotune.tune_backward(inputs, c, make_spec("fa2"), candidates)
             record(tuning.bwd_key(d, c, "bf16", "dot16"), bwd)
         if atomic_dq or atomic_only:
-            candidates = autotune.bwd_candidates(d, atomic_dq=True)
+            candidates = autotune.bwd_candidates(d, atomic_dq=True, tma=tma)
             bwd = autotune.tune_backward(inputs, c, make_spec("fa2"), candidates, "atomic")
             record(tuning.bwd_key(d, c, "bf16", "dot16-atomic"), bwd)
     path = tuning.TUNED_DIR / f"{arch}.json"
@@ -144,6 +157,10 @@ def main() -> None:
     parser.add_argument(
         "--tune-atomic-only", action="store_true", help="tune only the atomic-dQ backward"
     )
+    parser.add_argument(
+        "--tune-forward", nargs="+", choices=[_label(*v) for v in FWD_TUNED],
+        default=[_label(*v) for v in FWD_TUNED], help="the forward variants to tune",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.tune_atomic_only:
         args.tune = args.atomic_dq = True
@@ -169,7 +186,8 @@ def main() -> None:
         from flashprobe.kernels.tuning import TUNED_SEQ
 
         seq = args.tune_seq or TUNED_SEQ
-        tune(args.out, args.workers, seq, args.atomic_dq, args.tune_atomic_only)
+        fwd_tuned = tuple(v for v in FWD_TUNED if _label(*v) in args.tune_forward)
+        tune(args.out, args.workers, seq, args.atomic_dq, args.tune_atomic_only, fwd_tuned)
     variants = [("impl", p, False) for p in args.presets] + [("impl", args.presets[0], True)]
     if args.atomic_dq:
         variants += [("impl-atomic", p, False) for p in args.presets]

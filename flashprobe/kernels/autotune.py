@@ -13,6 +13,7 @@ import math
 import multiprocessing
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 import torch
 
@@ -35,7 +36,9 @@ def pick(timings: list[tuple[Config, float]], incumbent: Config | None) -> Confi
     return best if best_ms < (1 - SEQ_MARGIN) * incumbent_ms else incumbent
 
 
-def fwd_candidates(head_dim: int) -> list[tuning.FwdConfig]:
+def fwd_candidates(head_dim: int, tma: bool = False) -> list[tuning.FwdConfig]:
+    """Forward launch configs to time; with `tma` (a GPU with the TMA copy engine) each also
+    with K and V loaded through tensor descriptors."""
     out = []
     for block_m in (64, 128):
         for num_warps in (4, 8):
@@ -48,12 +51,20 @@ def fwd_candidates(head_dim: int) -> list[tuning.FwdConfig]:
         # instrumented forward at d 64 (one block per SM, 15–20% slower:
         # docs/kernel-performance.md).
         out += [tuning.FwdConfig(128, 64, 8, s, max_registers=128) for s in (2, 3, 4)]
-    return out
+    return with_tma(out) if tma else out
 
 
-def bwd_candidates(head_dim: int, atomic_dq: bool = False) -> list[tuning.BwdConfig]:
+def with_tma(configs: list[Config]) -> list[Config]:
+    """`configs`, then each again with tensor-descriptor loads (`tma`)."""
+    return [*configs, *(replace(c, tma=True) for c in configs)]
+
+
+def bwd_candidates(
+    head_dim: int, atomic_dq: bool = False, tma: bool = False
+) -> list[tuning.BwdConfig]:
+    """Backward launch configs to time (`tma` as in `fwd_candidates`)."""
     if atomic_dq:
-        return atomic_dq_candidates(head_dim)
+        return with_tma(atomic_dq_candidates(head_dim)) if tma else atomic_dq_candidates(head_dim)
     blocks = [(32, 128, 128, 32), (64, 128, 128, 64), (32, 64, 64, 32), (64, 64, 64, 64)]
     out = []
     for bm1, bn1, bm2, bn2 in blocks:
@@ -62,7 +73,7 @@ def bwd_candidates(head_dim: int, atomic_dq: bool = False) -> list[tuning.BwdCon
                 if bn1 == 64 and num_warps == 8:
                     continue
                 out.append(tuning.BwdConfig(bm1, bn1, bm2, bn2, num_warps, num_stages))
-    return out
+    return with_tma(out) if tma else out
 
 
 def atomic_dq_candidates(head_dim: int) -> list[tuning.BwdConfig]:

@@ -18,6 +18,9 @@ dQ = scale·dS K and dK = scale·dSᵀ Q; score rounding passed straight through
 δ sources: o_lowp (stored 16-bit O), o_fp32 (the forward's fp32 O), o_recompute (O' = P V in
 fp32 over key tiles) and dp_p (rowsum(P ∘ dP) over key tiles); then optionally rounded.
 
+The inner loops' Q, dO, K and V tiles come through pointers or, where the launch config asks
+(`tuning.BwdConfig.tma`), through device-side tensor descriptors (TMA): the same values.
+
 The interpreter work-arounds of `flashprobe.kernels.forward` (INTERPRET: 16-bit dots run as
 exact fp32 IEEE dots, bf16 rounding done on the bits, under TRITON_INTERPRET=1) apply here too.
 """
@@ -33,6 +36,8 @@ from flashprobe.kernels.common import (
     dot_low,
     dot_maybe_low,
     head_offsets,
+    head_rows,
+    head_rows_source,
     load_rows,
     rnd,
     scores_log2,
@@ -138,11 +143,11 @@ def attn_bwd_preprocess_kernel(
 
 @triton.jit
 def _bwd_dkdv(
-    dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qm, stride_dom,
+    dk, dv, k, v, q_src, do_src, lse_base, delta_base, dq_base, stride_qm, stride_dom,
     stride_dqm, offs_n, start_m, end_m, M, N, scale, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
     SCORE_LOW: tl.constexpr, FUSED: tl.constexpr, P_LOW: tl.constexpr, DS_LOW: tl.constexpr,
-    ATOMIC_DQ: tl.constexpr, KEY_MASK: tl.constexpr, INTERPRET: tl.constexpr,
+    ATOMIC_DQ: tl.constexpr, KEY_MASK: tl.constexpr, TMA: tl.constexpr, INTERPRET: tl.constexpr,
     LOW: tl.constexpr,
 ):  # fmt: skip
     """Accumulate dK, dV of one key block over query blocks [start_m, end_m), transposed tiles;
@@ -156,8 +161,8 @@ def _bwd_dkdv(
     offs_d = tl.arange(0, HEAD_DIM)
     for start in range(start_m, end_m, BLOCK_M):
         offs_m = start + tl.arange(0, BLOCK_M)
-        q = load_rows(q_base, offs_m, offs_d, stride_qm, M, MASKED)
-        do = load_rows(do_base, offs_m, offs_d, stride_dom, M, MASKED)
+        q = head_rows(q_src, start, offs_d, stride_qm, M, BLOCK_M, MASKED, TMA)
+        do = head_rows(do_src, start, offs_d, stride_dom, M, BLOCK_M, MASKED, TMA)
         if MASKED:
             row_ok = offs_m < M
             lse = tl.load(lse_base + offs_m, mask=row_ok, other=0.0)
@@ -195,18 +200,18 @@ def _bwd_dkdv(
 
 @triton.jit
 def _bwd_dq(
-    dq, q, do, lse_log2, delta, k_base, v_base, stride_kn, stride_vn,
+    dq, q, do, lse_log2, delta, k_src, v_src, stride_kn, stride_vn,
     offs_m, start_n, end_n, N, scale, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-    SCORE_LOW: tl.constexpr, FUSED: tl.constexpr, DS_LOW: tl.constexpr,
+    SCORE_LOW: tl.constexpr, FUSED: tl.constexpr, DS_LOW: tl.constexpr, TMA: tl.constexpr,
     INTERPRET: tl.constexpr, LOW: tl.constexpr,
 ):  # fmt: skip
     """Accumulate dQ of one query block over key blocks [start_n, end_n)."""
     offs_d = tl.arange(0, HEAD_DIM)
     for start in range(start_n, end_n, BLOCK_N):
         offs_n = start + tl.arange(0, BLOCK_N)
-        k = load_rows(k_base, offs_n, offs_d, stride_kn, N, MASKED)
-        v = load_rows(v_base, offs_n, offs_d, stride_vn, N, MASKED)
+        k = head_rows(k_src, start, offs_d, stride_kn, N, BLOCK_N, MASKED, TMA)
+        v = head_rows(v_src, start, offs_d, stride_vn, N, BLOCK_N, MASKED, TMA)
         s_raw = dot_low(q, tl.trans(k), None, INTERPRET)
         p = _probabilities(s_raw, lse_log2, scale, qk_scale, SCORE_LOW, FUSED, LOW, 0, INTERPRET)
         if MASKED:
@@ -232,7 +237,7 @@ def attn_bwd_kernel(
     BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
     CAUSAL: tl.constexpr, SCORE_LOW: tl.constexpr, FUSED: tl.constexpr,
     P_LOW: tl.constexpr, DS_LOW: tl.constexpr, ATOMIC_DQ: tl.constexpr, KEY_MASK: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    TMA: tl.constexpr, INTERPRET: tl.constexpr,
 ):  # fmt: skip
     """Program i: dK, dV of key block i (BLOCK_N1 keys) and dQ of query block i (BLOCK_M2 rows).
 
@@ -257,6 +262,12 @@ def attn_bwd_kernel(
     delta_base = DELTA + pid_bh.to(tl.int64) * M
     dq_base = DQ + off_b * stride_dqb + off_h * stride_dqh
     offs_d = tl.arange(0, HEAD_DIM)
+    # The inner loops' tiles through tensor descriptors (TMA) or pointers: a launch choice, the
+    # same numerics. Each program's own key block and query block load once, through pointers.
+    q_src = head_rows_source(q_base, stride_qm, M, BLOCK_M1, HEAD_DIM, TMA)
+    do_src = head_rows_source(do_base, stride_dom, M, BLOCK_M1, HEAD_DIM, TMA)
+    k_src = head_rows_source(k_base, stride_kn, N, BLOCK_N2, HEAD_DIM, TMA)
+    v_src = head_rows_source(v_base, stride_vn, N, BLOCK_N2, HEAD_DIM, TMA)
 
     # -- dK, dV for key block pid ------------------------------------------------------------
     start_n = pid * BLOCK_N1
@@ -273,26 +284,26 @@ def attn_bwd_kernel(
             diag_start = (start_n // BLOCK_M1) * BLOCK_M1
             diag_end = tl.minimum(tl.cdiv(start_n + BLOCK_N1, BLOCK_M1) * BLOCK_M1, M)
             dk, dv = _bwd_dkdv(
-                dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qm,
+                dk, dv, k, v, q_src, do_src, lse_base, delta_base, dq_base, stride_qm,
                 stride_dom, stride_dqm, offs_n, diag_start, diag_end, M, N, scale, qk_scale,
                 HEAD_DIM, BLOCK_M1, True, CAUSAL, SCORE_LOW, FUSED, P_LOW, DS_LOW, ATOMIC_DQ,
-                KEY_MASK, INTERPRET, LOW,
+                KEY_MASK, TMA, INTERPRET, LOW,
             )  # fmt: skip
             middle_start = diag_end
         else:
             middle_start = 0
         middle_end = tl.maximum(full_rows_end, middle_start)
         dk, dv = _bwd_dkdv(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qm,
+            dk, dv, k, v, q_src, do_src, lse_base, delta_base, dq_base, stride_qm,
             stride_dom, stride_dqm, offs_n, middle_start, middle_end, M, N, scale, qk_scale,
             HEAD_DIM, BLOCK_M1, False, CAUSAL, SCORE_LOW, FUSED, P_LOW, DS_LOW, ATOMIC_DQ,
-            KEY_MASK, INTERPRET, LOW,
+            KEY_MASK, TMA, INTERPRET, LOW,
         )  # fmt: skip
         dk, dv = _bwd_dkdv(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qm,
+            dk, dv, k, v, q_src, do_src, lse_base, delta_base, dq_base, stride_qm,
             stride_dom, stride_dqm, offs_n, middle_end, M, M, N, scale, qk_scale,
             HEAD_DIM, BLOCK_M1, True, CAUSAL, SCORE_LOW, FUSED, P_LOW, DS_LOW, ATOMIC_DQ,
-            KEY_MASK, INTERPRET, LOW,
+            KEY_MASK, TMA, INTERPRET, LOW,
         )  # fmt: skip
         dkv_offs = (off_b * stride_dkb + off_h * stride_dkh + offs_n[:, None] * stride_dkn
                     + offs_d[None, :])  # fmt: skip
@@ -321,14 +332,14 @@ def attn_bwd_kernel(
             unmasked_end = full_cols_end
             kv_end = N
         dq = _bwd_dq(
-            dq, q, do, lse_log2, delta, k_base, v_base, stride_kn, stride_vn,
+            dq, q, do, lse_log2, delta, k_src, v_src, stride_kn, stride_vn,
             offs_m, 0, unmasked_end, N, scale, qk_scale,
-            HEAD_DIM, BLOCK_N2, False, CAUSAL, SCORE_LOW, FUSED, DS_LOW, INTERPRET, LOW,
+            HEAD_DIM, BLOCK_N2, False, CAUSAL, SCORE_LOW, FUSED, DS_LOW, TMA, INTERPRET, LOW,
         )  # fmt: skip
         dq = _bwd_dq(
-            dq, q, do, lse_log2, delta, k_base, v_base, stride_kn, stride_vn,
+            dq, q, do, lse_log2, delta, k_src, v_src, stride_kn, stride_vn,
             offs_m, unmasked_end, kv_end, N, scale, qk_scale,
-            HEAD_DIM, BLOCK_N2, True, CAUSAL, SCORE_LOW, FUSED, DS_LOW, INTERPRET, LOW,
+            HEAD_DIM, BLOCK_N2, True, CAUSAL, SCORE_LOW, FUSED, DS_LOW, TMA, INTERPRET, LOW,
         )  # fmt: skip
         dq_offs = (off_b * stride_dqb + off_h * stride_dqh + offs_m[:, None] * stride_dqm
                    + offs_d[None, :])  # fmt: skip

@@ -34,6 +34,30 @@ def load_rows(base, offs_rows, offs_d, stride_row, n_rows, MASK: tl.constexpr):
 
 
 @triton.jit
+def head_rows(src, start, offs_d, stride_row, n_rows, BLOCK: tl.constexpr, MASK: tl.constexpr,
+             TMA: tl.constexpr):  # fmt: skip
+    """Rows [start, start + BLOCK) of one head's Q, K, V or dO: through a tensor descriptor
+    (TMA, the Hopper copy engine; rows past the descriptor's `n_rows` read as zeros, as
+    `load_rows` masked) or through pointers. The same values either way."""
+    if TMA:
+        return src.load([start, 0])
+    else:
+        return load_rows(src, start + tl.arange(0, BLOCK), offs_d, stride_row, n_rows, MASK)
+
+
+@triton.jit
+def head_rows_source(base, stride_row, n_rows, BLOCK: tl.constexpr, HEAD_DIM: tl.constexpr,
+                     TMA: tl.constexpr):  # fmt: skip
+    """What `head_rows` reads one head's [n_rows, HEAD_DIM] rows (starting at `base`) from: a
+    device-side tensor descriptor of BLOCK-row boxes (TMA), or the base pointer itself."""
+    if TMA:
+        return tl.make_tensor_descriptor(base, [n_rows, HEAD_DIM], [stride_row, 1],
+                                         [BLOCK, HEAD_DIM])  # fmt: skip
+    else:
+        return base
+
+
+@triton.jit
 def causal_valid(offs_rows, offs_cols, n_cols, CAUSAL: tl.constexpr):
     """[rows, cols] mask of scores that exist: key index < n_cols and, causal, key <= query."""
     valid = offs_cols[None, :] < n_cols

@@ -20,6 +20,10 @@ scores, which decides "more than one score within the tolerance" exactly); pass 
 the new running max and accumulates P̄V across the sub-tiles in fp32 before the per-tile update.
 The result equals one big tile up to the order of fp32 additions.
 
+K and V tiles come through pointers or, where the launch config asks (`tuning.FwdConfig.tma`),
+through device-side tensor descriptors (Hopper's TMA copy engine): constexpr `TMA`, the same
+values (`common.head_rows`).
+
 The launcher compiles with `enable_fp_fusion=False`: otherwise the compiler contracts
 `x*c - m` into one FMA and "standard" would silently become "fused_scale" (the max entry's P̄
 no longer exactly 1); the fused mode asks for its FMA explicitly with `tl.fma`.
@@ -50,6 +54,8 @@ from flashprobe.kernels.common import (
     dot_low,
     dot_maybe_low,
     head_offsets,
+    head_rows,
+    head_rows_source,
     load_rows,
     rnd,
     scores_log2,
@@ -62,14 +68,17 @@ _FUSED_SCALE: tl.constexpr = tl.constexpr(2)
 
 
 @triton.jit
-def _scores(q, k_base, stride_kn, offs_m, offs_n, offs_d, N, scale, qk_scale,
-            MASKED: tl.constexpr, CAUSAL: tl.constexpr, SCORE_LOW: tl.constexpr,
-            LOW: tl.constexpr, INTERPRET: tl.constexpr):  # fmt: skip
-    """One key tile's raw scores q·kᵀ (fp32) and scores x in log2 units (semantics step 1).
+def _scores(q, k_src, stride_kn, offs_m, start, offs_d, N, scale, qk_scale,
+            BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+            SCORE_LOW: tl.constexpr, LOW: tl.constexpr, TMA: tl.constexpr,
+            INTERPRET: tl.constexpr):  # fmt: skip
+    """The key tile [start, start + BLOCK_N)'s raw scores q·kᵀ (fp32) and scores x in log2
+    units (semantics step 1).
 
     Masked entries (keys past N, or above the causal diagonal) are −inf when MASKED.
     """
-    k = load_rows(k_base, offs_n, offs_d, stride_kn, N, MASKED)
+    offs_n = start + tl.arange(0, BLOCK_N)
+    k = head_rows(k_src, start, offs_d, stride_kn, N, BLOCK_N, MASKED, TMA)
     s_raw = dot_low(q, tl.trans(k), None, INTERPRET)
     if MASKED:
         s_raw = tl.where(causal_valid(offs_m, offs_n, N, CAUSAL), s_raw, float("-inf"))
@@ -195,25 +204,24 @@ def _running_l(l_i, l_tile, alpha, L_LOW: tl.constexpr, LOW: tl.constexpr,
 @triton.jit
 def _fwd_one_pass(
     acc, l_i, m_i, row_max, tie_events, p_ones,
-    q, k_base, v_base, stride_kn, stride_vn, offs_m, start_n, end_n, N,
+    q, k_src, v_src, stride_kn, stride_vn, offs_m, start_n, end_n, N,
     scale, qk_scale, tie_tol, beta,
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
     SCORE_LOW: tl.constexpr, SOFTMAX: tl.constexpr, P_LOW: tl.constexpr, ACC_LOW: tl.constexpr,
     L_LOW: tl.constexpr, L_FROM_ROUNDED: tl.constexpr, ROW_SUM_FLOOR: tl.constexpr,
-    INSTRUMENT: tl.constexpr, INTERPRET: tl.constexpr, LOW: tl.constexpr,
+    INSTRUMENT: tl.constexpr, INTERPRET: tl.constexpr, LOW: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
     """Key tiles [start_n, end_n), each BLOCK_N wide and one logical tile of the spec."""
     offs_d = tl.arange(0, HEAD_DIM)
     for start in range(start_n, end_n, BLOCK_N):
-        offs_n = start + tl.arange(0, BLOCK_N)
-        s_raw, x = _scores(q, k_base, stride_kn, offs_m, offs_n, offs_d, N, scale, qk_scale,
-                           MASKED, CAUSAL, SCORE_LOW, LOW, INTERPRET)  # fmt: skip
+        s_raw, x = _scores(q, k_src, stride_kn, offs_m, start, offs_d, N, scale, qk_scale,
+                           BLOCK_N, MASKED, CAUSAL, SCORE_LOW, LOW, TMA, INTERPRET)  # fmt: skip
         r, tied = _tile_max_and_tie(x, tie_tol, SOFTMAX, INSTRUMENT, HEAD_DIM, INTERPRET)
         m_new = _tile_running_max(m_i, r, tied, beta, SOFTMAX)
         p = _p_bar(s_raw, x, m_new, qk_scale, SOFTMAX)
         alpha = tl.exp2(m_i - m_new)
         l_tile = _floor_tile_l(_tile_l(p, P_LOW, L_FROM_ROUNDED, LOW, INTERPRET), r, ROW_SUM_FLOOR)
-        v = load_rows(v_base, offs_n, offs_d, stride_vn, N, MASKED)
+        v = head_rows(v_src, start, offs_d, stride_vn, N, BLOCK_N, MASKED, TMA)
         if ACC_LOW:
             pv = dot_maybe_low(p, v, None, P_LOW, LOW, INTERPRET)
             acc = _accumulate(acc, pv, alpha, LOW, INTERPRET)
@@ -230,12 +238,12 @@ def _fwd_one_pass(
 @triton.jit
 def _fwd_two_pass(
     acc, l_i, m_i, row_max, tie_events, p_ones,
-    q, k_base, v_base, stride_kn, stride_vn, offs_m, kv_end, tile_n, N,
+    q, k_src, v_src, stride_kn, stride_vn, offs_m, kv_end, tile_n, N,
     scale, qk_scale, tie_tol, beta,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
     SCORE_LOW: tl.constexpr, SOFTMAX: tl.constexpr, P_LOW: tl.constexpr, ACC_LOW: tl.constexpr,
     L_LOW: tl.constexpr, L_FROM_ROUNDED: tl.constexpr, ROW_SUM_FLOOR: tl.constexpr,
-    INSTRUMENT: tl.constexpr, INTERPRET: tl.constexpr, LOW: tl.constexpr,
+    INSTRUMENT: tl.constexpr, INTERPRET: tl.constexpr, LOW: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
     """Logical key tiles of `tile_n` keys (wider than BLOCK_N), each over BLOCK_N sub-tiles."""
     offs_d = tl.arange(0, HEAD_DIM)
@@ -247,9 +255,8 @@ def _fwd_two_pass(
         r = tl.full([BLOCK_M], float("-inf"), tl.float32)
         second = tl.full([BLOCK_M], float("-inf"), tl.float32)
         for start in range(tile_start, tile_end, BLOCK_N):
-            offs_n = start + tl.arange(0, BLOCK_N)
-            s_raw, x = _scores(q, k_base, stride_kn, offs_m, offs_n, offs_d, N, scale,
-                               qk_scale, True, CAUSAL, SCORE_LOW, LOW, INTERPRET)  # fmt: skip
+            s_raw, x = _scores(q, k_src, stride_kn, offs_m, start, offs_d, N, scale, qk_scale,
+                               BLOCK_N, True, CAUSAL, SCORE_LOW, LOW, TMA, INTERPRET)  # fmt: skip
             if NEED_TIES:
                 r_sub, second_sub = top2(x)
                 second = tl.maximum(tl.maximum(second, second_sub), tl.minimum(r, r_sub))
@@ -263,12 +270,11 @@ def _fwd_two_pass(
         pv = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
         l_tile = tl.zeros([BLOCK_M], dtype=tl.float32)
         for start in range(tile_start, tile_end, BLOCK_N):
-            offs_n = start + tl.arange(0, BLOCK_N)
-            s_raw, x = _scores(q, k_base, stride_kn, offs_m, offs_n, offs_d, N, scale,
-                               qk_scale, True, CAUSAL, SCORE_LOW, LOW, INTERPRET)  # fmt: skip
+            s_raw, x = _scores(q, k_src, stride_kn, offs_m, start, offs_d, N, scale, qk_scale,
+                               BLOCK_N, True, CAUSAL, SCORE_LOW, LOW, TMA, INTERPRET)  # fmt: skip
             p = _p_bar(s_raw, x, m_new, qk_scale, SOFTMAX)
             l_tile += _tile_l(p, P_LOW, L_FROM_ROUNDED, LOW, INTERPRET)
-            v = load_rows(v_base, offs_n, offs_d, stride_vn, N, True)
+            v = head_rows(v_src, start, offs_d, stride_vn, N, BLOCK_N, True, TMA)
             pv = dot_maybe_low(p, v, pv, P_LOW, LOW, INTERPRET)
             if INSTRUMENT:
                 p_ones += count_ones(p, P_LOW, SOFTMAX == _FUSED_SCALE, LOW, INTERPRET)
@@ -298,7 +304,8 @@ def attn_fwd_kernel(
     SOFTMAX: tl.constexpr, P_LOW: tl.constexpr, ACC_LOW: tl.constexpr, L_LOW: tl.constexpr,
     L_FROM_ROUNDED: tl.constexpr, ROW_SUM_FLOOR: tl.constexpr, RELEASE_MASKED: tl.constexpr,
     ROW_SUM_BIAS: tl.constexpr,
-    STORE_O32: tl.constexpr, INSTRUMENT: tl.constexpr, INTERPRET: tl.constexpr,
+    STORE_O32: tl.constexpr, INSTRUMENT: tl.constexpr, TMA: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):  # fmt: skip
     """One program: BLOCK_M query rows of one (batch, head), over key/value head head // GROUP.
 
@@ -315,6 +322,9 @@ def attn_fwd_kernel(
     q_base = Q + off_b * stride_qb + off_h * stride_qh
     k_base = K + off_b * stride_kb + off_hkv * stride_kh
     v_base = V + off_b * stride_vb + off_hkv * stride_vh
+    # K and V through tensor descriptors (TMA) or pointers: a launch choice, the same numerics.
+    k_src = head_rows_source(k_base, stride_kn, N, BLOCK_N, HEAD_DIM, TMA)
+    v_src = head_rows_source(v_base, stride_vn, N, BLOCK_N, HEAD_DIM, TMA)
 
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -336,10 +346,10 @@ def attn_fwd_kernel(
     if TWO_PASS:
         acc, l_i, m_i, row_max, tie_events, p_ones = _fwd_two_pass(
             acc, l_i, m_i, row_max, tie_events, p_ones,
-            q, k_base, v_base, stride_kn, stride_vn, offs_m, kv_end, tile_n, N,
+            q, k_src, v_src, stride_kn, stride_vn, offs_m, kv_end, tile_n, N,
             scale, qk_scale, tie_tol, beta,
             HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, SCORE_LOW, SOFTMAX, P_LOW, ACC_LOW,
-            L_LOW, L_FROM_ROUNDED, ROW_SUM_FLOOR, INSTRUMENT, INTERPRET, LOW,
+            L_LOW, L_FROM_ROUNDED, ROW_SUM_FLOOR, INSTRUMENT, INTERPRET, LOW, TMA,
         )  # fmt: skip
     else:
         # Full key tiles that no row of this query tile masks run without masks.
@@ -350,17 +360,17 @@ def attn_fwd_kernel(
             unmasked_end = full_tiles_end
         acc, l_i, m_i, row_max, tie_events, p_ones = _fwd_one_pass(
             acc, l_i, m_i, row_max, tie_events, p_ones,
-            q, k_base, v_base, stride_kn, stride_vn, offs_m, 0, unmasked_end, N,
+            q, k_src, v_src, stride_kn, stride_vn, offs_m, 0, unmasked_end, N,
             scale, qk_scale, tie_tol, beta,
             HEAD_DIM, BLOCK_N, False, CAUSAL, SCORE_LOW, SOFTMAX, P_LOW, ACC_LOW,
-            L_LOW, L_FROM_ROUNDED, ROW_SUM_FLOOR, INSTRUMENT, INTERPRET, LOW,
+            L_LOW, L_FROM_ROUNDED, ROW_SUM_FLOOR, INSTRUMENT, INTERPRET, LOW, TMA,
         )  # fmt: skip
         acc, l_i, m_i, row_max, tie_events, p_ones = _fwd_one_pass(
             acc, l_i, m_i, row_max, tie_events, p_ones,
-            q, k_base, v_base, stride_kn, stride_vn, offs_m, unmasked_end, kv_end, N,
+            q, k_src, v_src, stride_kn, stride_vn, offs_m, unmasked_end, kv_end, N,
             scale, qk_scale, tie_tol, beta,
             HEAD_DIM, BLOCK_N, True, CAUSAL, SCORE_LOW, SOFTMAX, P_LOW, ACC_LOW,
-            L_LOW, L_FROM_ROUNDED, ROW_SUM_FLOOR, INSTRUMENT, INTERPRET, LOW,
+            L_LOW, L_FROM_ROUNDED, ROW_SUM_FLOOR, INSTRUMENT, INTERPRET, LOW, TMA,
         )  # fmt: skip
 
     if CAUSAL and RELEASE_MASKED:

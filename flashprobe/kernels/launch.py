@@ -131,7 +131,7 @@ def attention_forward(
             dict(HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, TWO_PASS=two_pass,
                  CAUSAL=causal, **forward_switches(spec, instrument=instrument,
                                                    keep_o_fp32=keep_o_fp32, dtype=q.dtype),
-                 INTERPRET=interpreting()),
+                 TMA=config.tma and tma_loads_fit(k, v), INTERPRET=interpreting()),
             _options(config.num_warps, config.num_stages, config.max_registers),
         )  # fmt: skip
 
@@ -275,7 +275,7 @@ def attention_backward(
                  BLOCK_M2=config.block_m2, BLOCK_N2=config.block_n2,
                  CAUSAL=causal, **backward_switches(spec),
                  ATOMIC_DQ=atomic, KEY_MASK=atomic and seq_k % config.block_n1 != 0,
-                 INTERPRET=interpreting()),
+                 TMA=config.tma and tma_loads_fit(q, k, v, do), INTERPRET=interpreting()),
             _options(config.num_warps, config.num_stages),
         )  # fmt: skip
 
@@ -307,6 +307,40 @@ def check_dq_accumulation(dq_accumulation: str) -> str:
 
 
 # -- helpers ----------------------------------------------------------------------------------
+def tma_loads_fit(*tensors: torch.Tensor) -> bool:
+    """Whether `tensors` can be read through tensor descriptors: a GPU with the TMA
+    copy engine (compute capability ≥ 9; or the interpreter, which emulates it) and every row of
+    every head starting 16-byte aligned, as a descriptor needs. Sets Triton's scratch allocator
+    for the descriptors if the caller has not set one."""
+    if not interpreting() and int(tuning.arch_name(tensors[0].device)[2:]) < 90:
+        return False
+    for t in tensors:
+        size = t.element_size()
+        if t.data_ptr() % 16 or any(stride * size % 16 for stride in t.stride()[:3]):
+            return False
+        if t.shape[-1] * size < 16:
+            return False
+    _ensure_scratch_allocator()
+    return True
+
+
+def _ensure_scratch_allocator() -> None:
+    """Device-side tensor descriptors live in global scratch memory, which Triton asks the
+    allocator set with `triton.set_allocator` for (per thread: a context variable). Keep the
+    caller's allocator; where none is set, use torch's caching allocator."""
+    import triton
+    from triton.runtime import _allocation
+
+    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        triton.set_allocator(_torch_scratch)
+
+
+def _torch_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+    """Scratch bytes from torch's caching allocator (its blocks are 512-byte aligned)."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.empty(size, dtype=torch.int8, device=device)
+
+
 #: The config that fitted, per (kernel variant and device, config asked for).
 _FITTED: dict[tuple, Any] = {}
 

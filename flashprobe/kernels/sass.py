@@ -82,9 +82,10 @@ def _compile(
     if not hasattr(kernel_fn, "arg_names"):
         raise RuntimeError("compiling needs TRITON_INTERPRET unset when flashprobe is imported")
     target = GPUTarget("cuda", 90, 32)
-    # One query head per key/value head: Triton specialises an int argument equal to 1 away.
-    constexprs = {"GROUP": 1, **constexprs}
     names = kernel_fn.arg_names
+    # One query head per key/value head: Triton specialises an int argument equal to 1 away.
+    # Loads through pointers unless asked (tuning.FwdConfig.tma).
+    constexprs = {"GROUP": 1, **({"TMA": False} if "TMA" in names else {}), **constexprs}
     signature = {}
     for name in names:
         if name in constexprs:

@@ -41,6 +41,10 @@ class FwdConfig:
     #: Register cap per thread (Triton's `maxnreg`), or None for ptxas's choice. A cap that
     #: does not spill can let one more block share an SM (65536 registers).
     max_registers: int | None = None
+    #: K and V loaded through device-side tensor descriptors (Hopper's TMA copy engine) instead
+    #: of pointers: the same values, a performance choice (GPUs of compute capability ≥ 9 and
+    #: 16-byte-aligned rows; the launcher falls back to pointers otherwise).
+    tma: bool = False
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,8 @@ class BwdConfig:
     block_n2: int
     num_warps: int
     num_stages: int
+    #: The inner loops' Q, dO, K and V tiles through tensor descriptors (TMA), as FwdConfig.tma.
+    tma: bool = False
 
 
 #: Small tiles for the CPU interpreter: its cost grows with tile area, not with launches.
@@ -235,5 +241,10 @@ def smaller_configs(config: FwdConfig | BwdConfig) -> list[FwdConfig | BwdConfig
 
 
 def config_dict(config: FwdConfig | BwdConfig) -> dict[str, int]:
-    """The config's fields as kernels/tuned/*.json stores them (unset optional ones left out)."""
-    return {name: value for name, value in asdict(config).items() if value is not None}
+    """The config's fields as kernels/tuned/*.json stores them (unset optional ones and a
+    False `tma` left out, so the files tuned before it read the same)."""
+    return {
+        name: value
+        for name, value in asdict(config).items()
+        if value is not None and not (name == "tma" and value is False)
+    }

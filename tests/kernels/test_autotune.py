@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from flashprobe.kernels import autotune, tuning
 from flashprobe.kernels.tuning import FwdConfig
 
@@ -36,3 +38,25 @@ def test_atomic_dq_candidates_include_the_heuristic() -> None:
         assert atomic != autotune.bwd_candidates(head_dim)
         assert all((c.block_m2, c.block_n2) == (c.block_m1, c.block_n1) for c in atomic)
         assert tuning.atomic_dq_heuristic(head_dim, False) in atomic
+
+
+def test_tma_candidates_repeat_every_pointer_candidate_with_descriptor_loads() -> None:
+    for head_dim in (64, 128):
+        for pointer, both in [
+            (autotune.fwd_candidates(head_dim), autotune.fwd_candidates(head_dim, tma=True)),
+            (autotune.bwd_candidates(head_dim), autotune.bwd_candidates(head_dim, tma=True)),
+            (autotune.bwd_candidates(head_dim, atomic_dq=True),
+             autotune.bwd_candidates(head_dim, atomic_dq=True, tma=True)),
+        ]:  # fmt: skip
+            assert not any(c.tma for c in pointer)
+            assert both == pointer + [replace(c, tma=True) for c in pointer]
+
+
+def test_tuned_entries_store_tma_only_when_it_is_on() -> None:
+    """Files tuned before `tma` existed read the same; a TMA winner round-trips."""
+    assert "tma" not in tuning.config_dict(SMALL)
+    on = replace(SMALL, tma=True)
+    assert tuning.config_dict(on)["tma"] is True
+    assert FwdConfig(**tuning.config_dict(on)) == on
+    bwd = tuning.BwdConfig(32, 64, 64, 32, num_warps=4, num_stages=2, tma=True)
+    assert tuning.BwdConfig(**tuning.config_dict(bwd)) == bwd

@@ -68,3 +68,38 @@ def test_row_strides_follow_the_kernels_argument_order() -> None:
     q = torch.empty(2, 3, 5, 8)
     k = torch.empty(2, 5, 3, 8).transpose(1, 2)  # seq-major storage, as a split projection gives
     assert launch._row_strides(q, k) == (120, 40, 8, 120, 8, 24)
+
+
+@pytest.mark.skipif(not launch.interpreting(), reason="the interpreter stands in for a TMA GPU")
+def test_tma_loads_fit_only_rows_that_start_16_byte_aligned() -> None:
+    packed = torch.zeros(2, 3, 40, 64, dtype=torch.bfloat16)
+    assert launch.tma_loads_fit(packed, packed)
+    buffer = torch.zeros(packed.numel() + 1, dtype=torch.bfloat16)
+    shifted = buffer[1:].view(packed.shape)  # base 2 bytes past alignment
+    assert not launch.tma_loads_fit(packed, shifted)
+    odd_rows = torch.zeros(2, 3, 40, 68, dtype=torch.bfloat16)[..., :64]  # 136-byte rows
+    assert not launch.tma_loads_fit(odd_rows)
+    narrow = torch.zeros(2, 3, 40, 4, dtype=torch.bfloat16)  # an 8-byte row: below a TMA box
+    assert not launch.tma_loads_fit(narrow)
+
+
+@pytest.mark.skipif(not launch.interpreting(), reason="the interpreter stands in for a TMA GPU")
+def test_tma_loads_keep_the_callers_scratch_allocator() -> None:
+    import contextvars
+
+    import triton
+    from triton.runtime import _allocation
+
+    def run(caller_sets_one: bool) -> object:
+        def mine(size: int, alignment: int, stream: object) -> torch.Tensor:
+            return torch.empty(size, dtype=torch.int8)
+
+        if caller_sets_one:
+            triton.set_allocator(mine)
+        launch.tma_loads_fit(torch.zeros(1, 1, 16, 64, dtype=torch.bfloat16))
+        current = _allocation._allocator.get()
+        return current is mine if caller_sets_one else current
+
+    # A fresh context each: the allocator is a context variable (per thread).
+    assert contextvars.Context().run(run, True) is True
+    assert contextvars.Context().run(run, False) is launch._torch_scratch

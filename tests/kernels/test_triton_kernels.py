@@ -25,7 +25,7 @@ import torch
 
 from flashprobe.errors import FlashprobeError
 from flashprobe.kernels import launch, triton_attention
-from flashprobe.kernels.tuning import FwdConfig, atomic_dq_heuristic
+from flashprobe.kernels.tuning import BwdConfig, FwdConfig, atomic_dq_heuristic
 from flashprobe.numerics.gate import (
     assert_gate,
     reference_attention,
@@ -353,6 +353,54 @@ def test_two_pass_equals_one_pass(device: str) -> None:
     assert_close_to_emulator("o", outs[1].o, outs[0].o, MAX_ULPS_BF16_ACC)
     assert torch.equal(outs[0].stats.tie_events, outs[1].stats.tie_events)
     assert torch.equal(outs[0].stats.row_max, outs[1].stats.row_max)
+
+
+# -- tensor-descriptor (TMA) loads -------------------------------------------------------------
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    ("preset", "causal"), [("fa2", False), ("paper-code", True), ("sfa", True)]
+)  # one pass; 512-key logical tiles in two passes; the tie test
+def test_tma_loads_compute_the_same_bits_as_pointer_loads(
+    device: str, preset: str, causal: bool
+) -> None:
+    """The `tma` launch choice reads the same tiles through tensor descriptors: outputs, stats
+    and gradients (dQ ordered and atomic) bit for bit those of pointer loads, on strided,
+    grouped K and V of a length that is no multiple of the tiles (the descriptor's zero fill
+    stands in for the mask past N)."""
+    sz = sizes(device)
+    b, h, m, d = sz["b"], 4, sz["m"] - 3, sz["d"]
+    gen = torch.Generator().manual_seed(11)
+    q, do = (torch.randn(b, h, m, d, generator=gen).to(device, torch.bfloat16) for _ in "qo")
+    kv = torch.randn(b, m, 2, 2, d, generator=gen).to(device, torch.bfloat16)
+    k, v = kv[:, :, 0].transpose(1, 2), kv[:, :, 1].transpose(1, 2)  # 2 heads, strided
+    assert launch.tma_loads_fit(q, k, v, do)
+    spec, scale = make_spec(preset), default_scale(q)
+    cpu = device == "cpu"
+    runs = []
+    for tma in (False, True):
+        fwd_config = FwdConfig(16 if cpu else 64, 32 if cpu else 64, 4, 1 if cpu else 2,
+                               max_one_pass=64 if cpu else 128, tma=tma)  # fmt: skip
+        out = launch.attention_forward(q, k, v, causal=causal, spec=spec, scale=scale,
+                                       instrument=True, config=fwd_config)  # fmt: skip
+        grads = []
+        for accumulation in ("ordered", "atomic"):
+            blocks = (16, 32, 32, 16) if accumulation == "ordered" else (16, 32, 16, 32)
+            bwd_config = BwdConfig(*blocks, num_warps=4, num_stages=1 if cpu else 2, tma=tma)
+            grads += launch.attention_backward(
+                q, k, v, out.o, out.lse, do, causal=causal, spec=spec, scale=scale,
+                config=bwd_config, dq_accumulation=accumulation,
+            )  # fmt: skip
+        runs.append((out, grads))
+    (pointer, pointer_grads), (tma, tma_grads) = runs
+    assert torch.equal(pointer.o, tma.o)
+    for field in ("lse", "row_max", "tie_events", "p_bar_ones"):
+        assert torch.equal(getattr(pointer.stats, field), getattr(tma.stats, field)), field
+    for name, a, b_ in zip(["dq", "dk", "dv"] * 2, pointer_grads, tma_grads, strict=True):
+        assert torch.equal(a, b_), name
+    gold = golden_forward(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), causal=causal)
+    ref_o, _ = reference_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
+                                   causal=causal)  # fmt: skip
+    assert_gate("tma o", tma.o, ref_o, gold.o, dtype=q.dtype)
 
 
 # -- grouped-query attention ------------------------------------------------------------------

@@ -321,3 +321,57 @@ def test_the_atomic_dq_heuristic_compiles_without_spills_on_sm90() -> None:
     for name, usage in found.items():
         assert usage["spills"] == 0 and usage["red"] > 0 and usage["atom"] == 0, (name, usage)
         assert 0 < usage["shared"] <= sass.SM90_SHARED_MEMORY, (name, usage)
+
+
+_TMA_CHECK = """
+import json
+from flashprobe.kernels import launch, sass, tuning
+from flashprobe.spec import make_spec
+
+spec = make_spec("fa2")
+found = {}
+for head_dim in (64, 128):
+    for tma in (False, True):
+        fwd = tuning.forward_config("sm00", head_dim, True, 64, "bf16", "onepass")
+        kernel = sass.compile_forward(
+            {"HEAD_DIM": head_dim, "BLOCK_M": fwd.block_m, "BLOCK_N": 64, "TWO_PASS": False,
+             "CAUSAL": True, "INTERPRET": False, "TMA": tma,
+             **launch.forward_switches(spec, instrument=False, keep_o_fp32=False)},
+            fwd.num_warps, fwd.num_stages)
+        loop = sass.first_loop(sass.disassemble(kernel))
+        bwd = tuning.backward_config("sm00", head_dim, True, "bf16", "dot16")
+        backward = sass.compile_backward(
+            {"HEAD_DIM": head_dim, "BLOCK_M1": bwd.block_m1, "BLOCK_N1": bwd.block_n1,
+             "BLOCK_M2": bwd.block_m2, "BLOCK_N2": bwd.block_n2, "CAUSAL": True,
+             "INTERPRET": False, "TMA": tma, **launch.backward_switches(spec)},
+            bwd.num_warps, bwd.num_stages)
+        ops = sass.opcodes(sass.disassemble(backward))
+        found[f"d{head_dim} tma {tma}"] = {
+            "fwd_tma_loads": sum(op.startswith("UTMALDG") for op in loop),
+            "fwd_async_copies": sum(op.startswith("LDGSTS") for op in loop),
+            "fwd_spills": sass.local_memory_ops(loop), "fwd_shared": kernel.metadata.shared,
+            "bwd_tma_loads": sum(op.startswith("UTMALDG") for op in ops),
+            "bwd_shared": backward.metadata.shared}
+print(json.dumps(found))
+"""
+
+
+def test_tma_loads_compile_to_the_copy_engine_on_sm90() -> None:
+    """`tma` launches (tuning.FwdConfig.tma, BwdConfig.tma) compiled for sm_90 with the
+    heuristic configs: the forward's key-tile loop fetches K and V with TMA (UTMALDG) instead of
+    per-thread async copies (LDGSTS), without spilling; the backward's loops use TMA too; both
+    fit in shared memory. Control: the pointer build has no UTMALDG."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run(
+        [sys.executable, "-c", _TMA_CHECK], capture_output=True, text=True, env=env, timeout=900
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    for head_dim in (64, 128):
+        pointer, tma = found[f"d{head_dim} tma False"], found[f"d{head_dim} tma True"]
+        assert pointer["fwd_tma_loads"] == 0 and pointer["bwd_tma_loads"] == 0, pointer
+        assert pointer["fwd_async_copies"] > 0, pointer
+        assert tma["fwd_tma_loads"] > 0 and tma["fwd_async_copies"] == 0, tma
+        assert tma["fwd_spills"] == 0 and tma["bwd_tma_loads"] > 0, tma
+        for usage in (tma["fwd_shared"], tma["bwd_shared"]):
+            assert 0 < usage <= sass.SM90_SHARED_MEMORY, tma
