@@ -21,6 +21,7 @@ from typing import Any, Literal, get_args
 
 import yaml
 
+from flashprobe.config_tools import short_repr
 from flashprobe.errors import FlashprobeError
 from flashprobe.yaml_io import load_yaml, read_yaml
 
@@ -285,11 +286,25 @@ def spec_from_yaml(path: str | Path) -> KernelSpec:
 
 
 def spec_fields_from_yaml(path: str | Path) -> dict[str, Any]:
-    """The kernel spec mapping of a YAML file (optionally under a `kernel:` key), unresolved."""
+    """The kernel spec mapping of a YAML file, or of its `kernel:` key (the file may hold other
+    settings beside it, e.g. a suite's variant), unresolved.
+
+    A spec field beside `kernel:` (`beta: 4`) is refused rather than dropped: it would
+    silently lose to the mapping."""
     path = Path(path)
     data = read_yaml(path, "spec")
-    if isinstance(data, Mapping) and isinstance(data.get("kernel"), Mapping):
+    if isinstance(data, Mapping) and "kernel" in data:
+        beside = sorted(k for k in map(str, data) if k in FIELD_NAMES or k == "preset")
+        if beside:
+            raise FlashprobeError(
+                f"{path}: spec fields both under kernel: and beside it ({', '.join(beside)}): "
+                "give them in one place"
+            )
         data = data["kernel"]
+        if not isinstance(data, Mapping):
+            raise FlashprobeError(
+                f"{path}: kernel: must be a mapping of kernel spec fields, got {short_repr(data)}"
+            )
     if not isinstance(data, Mapping):
         raise FlashprobeError(f"{path}: expected a mapping of kernel spec fields")
     return dict(data)

@@ -30,6 +30,11 @@ AttentionImpl = Literal["flashprobe", "sdpa", "math"]
 #: stays instant; a typo such as n_layer: 1000000000 is refused at once instead of hanging.
 MAX_LAYERS = 1024
 MAX_HEADS = 1024
+#: The widest model and the longest context likewise (GPT-3 175B: 12,288 wide, 2,048 long):
+#: n_embd: 2000000000 would otherwise ask for terabytes before failing.
+MAX_EMBD = 65536
+MAX_BLOCK_SIZE = 1 << 20
+MAX_VOCAB = 1 << 24
 
 
 # -- attention choice ----------------------------------------------------------------------------
@@ -130,7 +135,12 @@ class ModelConfig:
         check_fields(self, self.SECTION)
         for name in ("n_layer", "n_head", "n_embd", "block_size"):
             require(getattr(self, name) >= 1, f"model.{name} must be >= 1")
-        for name, most in (("n_layer", MAX_LAYERS), ("n_head", MAX_HEADS)):
+        for name, most in (
+            ("n_layer", MAX_LAYERS),
+            ("n_head", MAX_HEADS),
+            ("n_embd", MAX_EMBD),
+            ("block_size", MAX_BLOCK_SIZE),
+        ):
             value = getattr(self, name)
             require(value <= most, f"model.{name} must be at most {most}, got {value}")
         require(
@@ -142,7 +152,10 @@ class ModelConfig:
             f"model.n_kv_head ({self.n_kv_head}) must be a divisor of model.n_head "
             f"({self.n_head}), or null",
         )
-        require(self.vocab_size is None or self.vocab_size >= 2, "model.vocab_size must be >= 2")
+        require(
+            self.vocab_size is None or 2 <= self.vocab_size <= MAX_VOCAB,
+            f"model.vocab_size must be in [2, {MAX_VOCAB}], got {self.vocab_size}",
+        )
         require(0.0 <= self.dropout < 1.0, f"model.dropout must be in [0, 1), got {self.dropout}")
         attention = self.attention
         if isinstance(attention, str):  # shorthand: a preset name or an impl name

@@ -105,6 +105,8 @@ def default_shapes(
     heads shared by the query heads, for grouped-query attention)."""
     if heads < 1:  # 0 % kv_heads passes the check below
         raise FlashprobeError(f"--heads must be at least 1, got {heads}")
+    if dtype not in _DTYPES:  # named here, before the GPU check, on any machine
+        raise FlashprobeError(f"--dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
     for head_dim in head_dims:
         if head_dim < 1:
             raise FlashprobeError(f"--head-dim must be at least 1, got {head_dim}")
@@ -187,6 +189,8 @@ def run_benchmark(
             raise FlashprobeError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
     if repeats < 1:
         raise FlashprobeError(f"repeats must be at least 1, got {repeats}")
+    if not 0 <= seed < 2**63:  # torch.Generator.manual_seed's range
+        raise FlashprobeError(f"--seed must be in [0, 2**63), got {seed}")
     if device == "cuda" and not torch.cuda.is_available():
         raise FlashprobeError("flashprobe bench needs a CUDA GPU; none is visible here")
     timer = timer or _do_bench_median

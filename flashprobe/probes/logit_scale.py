@@ -260,6 +260,8 @@ def variants_from_options(
 ) -> tuple[dict[str, KernelSpec], list[str]]:
     """--variant strings in order, then a suite file's variants (the defaults when neither), and
     the suite's variants left out (`suite_variants`)."""
+    if suite_file is not None and not suite_file.strip():
+        raise FlashprobeError("--variants-from is empty: name a suite file or a bundled suite")
     chosen: dict[str, KernelSpec] = {}
     for text in names or ([] if suite_file else DEFAULT_VARIANTS):
         name, spec = parse_variant(text)

@@ -429,7 +429,10 @@ def _branch(value: Any, variants: Mapping[str, Any]) -> tuple[str | None, int | 
         raise FlashprobeError(f"unknown branch key {unknown[0]!r}; known: from, step")
     source, step = branch.get("from"), branch.get("step")
     if source not in variants:
-        raise FlashprobeError(f"branch.from must name a variant, got {source!r}")
+        named = ", ".join(variants)  # without `variants:`, the one variant `baseline`
+        raise FlashprobeError(
+            f"branch.from must name one of the variants ({named}), got {source!r}"
+        )
     if not isinstance(step, int) or isinstance(step, bool) or step < 0:
         raise FlashprobeError(f"branch.step must be an integer >= 0, got {step!r}")
     return str(source), step

@@ -15,6 +15,11 @@ from flashprobe.data.config import DataConfig
 from flashprobe.errors import FlashprobeError
 from flashprobe.model.config import ModelConfig
 
+#: Sequences a step and CPU threads a run may ask for: far beyond any real run, and refused at
+#: once where a typo would hang in allocation (a batch of 10⁸) or crash torch (10⁵ threads).
+MAX_BATCH_SIZE = 1 << 20
+MAX_CPU_THREADS = 1024
+
 
 class _Section:
     """from_dict / to_dict for a flat config section."""
@@ -129,13 +134,19 @@ class LoopConfig(_Section):
 
     def _check(self) -> None:
         require(self.steps >= 1, "train.steps must be >= 1")
-        require(self.batch_size >= 1, "train.batch_size must be >= 1")
+        require(
+            1 <= self.batch_size <= MAX_BATCH_SIZE,
+            f"train.batch_size must be in [1, {MAX_BATCH_SIZE}], got {self.batch_size}",
+        )
         require(
             self.micro_batch_size is None or self.micro_batch_size >= 1,
             "train.micro_batch_size must be >= 1",
         )
         require(0 <= self.seed < 2**64, f"train.seed must be in [0, 2**64), got {self.seed}")
-        require(self.cpu_threads >= 1, "train.cpu_threads must be >= 1")
+        require(
+            1 <= self.cpu_threads <= MAX_CPU_THREADS,
+            f"train.cpu_threads must be in [1, {MAX_CPU_THREADS}], got {self.cpu_threads}",
+        )
         require(self.grad_clip is None or self.grad_clip > 0, "train.grad_clip must be > 0")
         require(self.checkpoint_every >= 0, "train.checkpoint_every must be >= 0")
         require(

@@ -27,6 +27,19 @@ def test_bench_rejects_zero_repeats(run_cli) -> None:
     assert len(result.err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--dtype", "fp8"), "--dtype must be one of bf16, fp16, got 'fp8'"),
+        (("--seed", "-1"), "--seed must be in [0, 2**63), got -1"),
+    ],
+)
+def test_bench_names_a_bad_value_before_asking_for_a_gpu(run_cli, args, needle) -> None:
+    result = run_cli("bench", "--seq", "1024", *args)
+    assert result.code == 2
+    assert needle in result.err and len(result.err.strip().splitlines()) == 1
+
+
 def test_bench_json_records_the_gpu_it_ran_on(run_cli, tmp_path, monkeypatch) -> None:
     """The JSON's environment names the CUDA device (its GPU model where one is visible)."""
     import json

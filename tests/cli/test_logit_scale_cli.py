@@ -54,6 +54,7 @@ def test_suite_variants_left_out_are_named(run_cli) -> None:
         (["--logits", "-5"], "--logits must be positive"),
         (["--variant", "nope"], "unknown preset 'nope'"),
         (["--variants-from", "missing.yaml"], "--variants-from missing.yaml"),
+        (["--variants-from", ""], "--variants-from is empty"),
         (["--head-dim", "24"], "--head-dim must be a power of two"),
         (["--format", "xml"], "--format must be one of"),
         (["--seed", "99999999999999999999"], "--seed must be in"),

@@ -76,6 +76,25 @@ def test_bad_input_is_one_line_exit_2(run_cli, args: list[str], needle: str) -> 
     assert len(lines) == 1 and needle in lines[0]
 
 
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("beta: 4\nkernel: {beta: 2}\n", "both under kernel: and beside it (beta)"),
+        ("preset: sfa\nseed: 1\nkernel: {beta: 4}\n", "beside it (preset): give them in one"),
+        ("kernel: [1, 2]\n", "kernel: must be a mapping of kernel spec fields, got [1, 2]"),
+        ("kernel: null\n", "kernel: must be a mapping of kernel spec fields, got None"),
+    ],
+)
+def test_a_kernel_key_holds_every_field_and_a_mapping(run_cli, tmp_path, text, needle):
+    """A field beside `kernel:` would silently lose to it (other settings may stand there)."""
+    path = tmp_path / "k.yaml"
+    path.write_text(text)
+    result = run_cli("spec", "--config", str(path))
+    assert result.code == 2
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], lines
+
+
 def test_malformed_yaml_is_one_line(run_cli, tmp_path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("kernel: [unclosed\n")

@@ -154,6 +154,9 @@ def test_real_flashprobe_attention_trains_under_cpu_autocast() -> None:
         ({"n_layer": "six"}, "model.n_layer must be an integer"),
         ({"n_layer": 4096}, "model.n_layer must be at most 1024, got 4096"),
         ({"n_head": 4096, "n_embd": 4096}, "model.n_head must be at most 1024, got 4096"),
+        ({"n_embd": 2_000_000_000}, "model.n_embd must be at most 65536, got 2000000000"),
+        ({"block_size": 1 << 30}, "model.block_size must be at most 1048576"),
+        ({"vocab_size": 1 << 30}, r"model.vocab_size must be in \[2, 16777216\]"),
         ({"colour": 1}, "unknown key model.colour"),
     ],
 )

@@ -83,7 +83,14 @@ def test_validator_runs_on_every_cell_before_anything() -> None:
         ({**RAW, "seeds": 3}, r"seeds must be a list of integers, got 3 \(seed 3 alone: \[3\]"),
         ({**RAW, "seeds": []}, "seeds must be"),
         ({**RAW, "axes": {"train.lr": []}}, "non-empty list"),
-        ({**RAW, "branch": {"from": "nope", "step": 1}}, "branch.from"),
+        (
+            {**RAW, "branch": {"from": "nope", "step": 1}},
+            r"branch.from must name one of the variants \(baseline, sfa\), got 'nope'",
+        ),
+        (  # no variants: the one variant is `baseline`, which the message names
+            {**RAW, "variants": {}, "branch": {"from": "fa2", "step": 1}},
+            r"one of the variants \(baseline\), got 'fa2'",
+        ),
         ({**RAW, "branch": {"from": "baseline", "step": -1}}, "branch.step"),
         ({**RAW, "base": [1]}, "base must be a mapping"),
     ],
