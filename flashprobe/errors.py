@@ -1,4 +1,10 @@
-"""The exceptions users see as one line: bad input (exit code 2) and a run stopped short."""
+"""The exceptions users see as one line: bad input (exit code 2) and a run stopped short; and
+argparse under the same rule, for the scripts and tools outside the typer CLI."""
+
+from __future__ import annotations
+
+import argparse
+from typing import NoReturn
 
 
 class FlashprobeError(ValueError):
@@ -16,3 +22,11 @@ class RunStopped(Exception):
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse under the CLI's rule for bad input: one line on stderr, exit code 2 (argparse
+    alone prints its usage block first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message.replace(chr(10), ' ')}\n")

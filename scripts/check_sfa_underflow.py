@@ -7,17 +7,20 @@ below: the stabilized max is β·S_max, so the tied P̄ = exp(-(β-1)·S_max) un
 (β-1)·S_max > ~87 (~103 with subnormals), ℓ becomes 0 and O = 0/0. A tied *negative* maximum
 sets the max to 0 whatever β is, so P̄ = exp(S_max) underflows once S_max < ~-87 (~-103).
 Prints, per variant and S_max, whether O is finite on the Triton kernel (CUDA only) and on the
-emulator, and their difference.
+emulator, and their difference. Takes no options (without a CUDA GPU: the emulator alone).
 """
 
 from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from flashprobe.errors import OneLineParser  # noqa: E402 (after the path)
 
 
 def rows(s_max: float, n: int = 256, d: int = 64, device: str = "cuda"):
@@ -42,7 +45,14 @@ VARIANTS = (
 S_MAX = (-160.0, -110.0, -100.0, -90.0, -80.0, -40.0, 40.0, 80.0, 90.0, 100.0, 160.0, 680.0, 720.0)
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = OneLineParser(
+        prog=Path(__file__).name,
+        description=__doc__.split("\n")[0],
+        epilog="Prints one row per variant and S_max; takes no options.",
+    )
+    parser.parse_args(argv)
+
     import torch
 
     from flashprobe.reference.emulator import emulate_forward
@@ -69,7 +79,8 @@ def main() -> None:
                 f"{name:<22} {s_max:>5.0f}  {triton:<14} "
                 f"{bool(torch.isfinite(o_e).all())!s:<16} {diff}"
             )
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

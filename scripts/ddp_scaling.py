@@ -18,6 +18,10 @@ environment (torch, triton, GPU, driver, git SHA, `nvidia-smi topo -m`).
 NVLink multicast stays off: every launched process gets flashprobe.train.distributed's
 MULTICAST_OFF variables. `--device cpu` runs the same plumbing on a tiny model over gloo (a
 check on a machine without GPUs; its figures mean nothing).
+
+Bad input (a step count below 1, no GPU for --device cuda, an OUT/ddp_scaling.json that exists)
+is one line on stderr and exit code 2, before anything runs; a run that fails or times out is
+recorded with its output's tail and makes the script exit with code 1 once the others ran.
 """
 
 from __future__ import annotations
@@ -30,10 +34,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from flashprobe.errors import OneLineParser  # noqa: E402 (after the path)
 
 GPT2_BYTES = {"n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 1024, "vocab_size": 256,
               "bias": False, "dropout": 0.0}  # fmt: skip
@@ -151,8 +158,32 @@ def topology() -> str | None:
     return out.stdout if out.returncode == 0 else None
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse, before anything runs, numbers no run can have and kernel specs that do not
+    exist (one line, exit 2)."""
+    from flashprobe.errors import FlashprobeError
+    from flashprobe.spec import make_spec
+
+    least = {"--steps": (args.steps, 1), "--warmup": (args.warmup, 0),
+             "--batch": (args.batch, 1), "--micro-batch": (args.micro_batch, 1),
+             "--timeout": (args.timeout, 1)}  # fmt: skip
+    for flag, (value, floor) in least.items():
+        if value is not None and value < floor:
+            parser.error(f"{flag} must be >= {floor}, got {value}")
+    if args.steps <= args.warmup:
+        parser.error(f"--steps {args.steps} leaves no step after --warmup {args.warmup}")
+    bad = [n for n in args.world_sizes if n < 1]
+    if bad:
+        parser.error(f"--world-sizes must be GPU counts >= 1, got {bad[0]}")
+    for spec in args.specs if not args.worker else [args.spec]:
+        try:
+            make_spec(spec)
+        except FlashprobeError as exc:
+            parser.error(f"--specs {spec}: {exc}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = OneLineParser(prog=Path(__file__).name, description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path)
     parser.add_argument("--steps", type=int, default=25)
     parser.add_argument("--warmup", type=int, default=5, help="steps left out of the median")
@@ -165,27 +196,42 @@ def main() -> None:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    check_args(parser, args)
     cuda = args.device == "cuda"
     args.batch = args.batch or (512 if cuda else 8)
     args.micro_batch = args.micro_batch or (32 if cuda else 2)
     if args.worker:
         worker(args)
-        return
+        return 0
     if args.out is None:
         parser.error("--out is required")
 
     import torch
 
     from flashprobe.environment import environment
+    from flashprobe.errors import FlashprobeError
+    from flashprobe.reporting.atomic import check_new_files, check_output_folder
 
     visible = torch.cuda.device_count() if cuda else (os.cpu_count() or 1)
     if cuda and visible == 0:
-        raise SystemExit("ddp_scaling: no CUDA GPU is visible (--device cpu checks the plumbing)")
+        parser.error("no CUDA GPU is visible (--device cpu checks the plumbing)")
     sizes = [
         n for n in args.world_sizes if n <= visible and args.batch % (n * args.micro_batch) == 0
     ]
     skipped = sorted(set(args.world_sizes) - set(sizes))
+    if not sizes:
+        parser.error(
+            f"no world size of {' '.join(map(str, args.world_sizes))} can run: {visible} "
+            f"{'GPUs' if cuda else 'CPUs'} here, and --batch {args.batch} must be a multiple of "
+            f"N × --micro-batch {args.micro_batch}"
+        )
+    path = args.out / "ddp_scaling.json"
+    try:
+        check_output_folder(args.out, "--out")
+        check_new_files([path], "remove it or choose another --out")
+    except FlashprobeError as exc:
+        parser.error(str(exc))
     document: dict = {
         "environment": environment(args.device, max(sizes, default=1)),
         "visible_gpus": visible if cuda else 0,
@@ -200,7 +246,6 @@ def main() -> None:
         "runs": [],
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "ddp_scaling.json"
     with tempfile.TemporaryDirectory() as tmp:
         for spec in args.specs:
             for n in sizes:
@@ -214,7 +259,16 @@ def main() -> None:
                 more = "" if eff is None else f", efficiency {eff:.2f}"
                 print(f"{spec:<12} {n} GPU(s): {line}{more}", flush=True)
     print(f"-> {path}")
+    failed = [r for r in document["runs"] if "error" in r]
+    if failed:
+        names = ", ".join(
+            f"{r['spec']} on {r['world_size']} rank(s) ({r['error']})" for r in failed
+        )
+        print(f"ddp_scaling: {len(failed)} of {len(document['runs'])} runs failed: {names}; "
+              f"their output_tail is in {path}", file=sys.stderr)  # fmt: skip
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -21,6 +21,9 @@
 tuned too (`bwd|...|dot16-atomic` keys), and every preset timed both ways in the grid.
 --tune-atomic-only tunes that backward alone (implies --tune --atomic-dq; the other tuned
 configs are kept as they are): a few device minutes instead of the whole tuning.
+
+Without a CUDA GPU, with an --out that is a file, or with result files of this call already in
+--out, it stops before creating anything: one line on stderr, exit code 2.
 """
 
 from __future__ import annotations
@@ -29,10 +32,13 @@ import argparse
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from flashprobe.errors import OneLineParser  # noqa: E402 (after the path)
 
 HEAD_DIMS = (64, 128)
 
@@ -142,8 +148,17 @@ def tune(
     tuning.clear_cache()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+def result_files(args: argparse.Namespace, arch: str | None = None) -> list[Path]:
+    """The files this call writes into --out (the tuned <arch>.json once the GPU is known)."""
+    names = [] if args.no_tests else ["gpu_tests.log"]
+    if args.tune:
+        names += ["tune_log.json"] + ([f"{arch}.json"] if arch else [])
+    names += [] if args.no_grid else ["bench.json"]
+    return [args.out / name for name in names]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = OneLineParser(prog=Path(__file__).name, description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--no-tests", action="store_true")
     parser.add_argument("--tune", action="store_true")
@@ -161,12 +176,39 @@ def main() -> None:
         "--tune-forward", nargs="+", choices=[_label(*v) for v in FWD_TUNED],
         default=[_label(*v) for v in FWD_TUNED], help="the forward variants to tune",
     )  # fmt: skip
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.tune_atomic_only:
         args.tune = args.atomic_dq = True
-    args.out.mkdir(parents=True, exist_ok=True)
+    counts = {"--workers": [args.workers], "--repeats": [args.repeats], "--seqs": args.seqs,
+              "--tune-seq": [] if args.tune_seq is None else [args.tune_seq]}  # fmt: skip
+    for flag, values in counts.items():
+        if values and min(values) < 1:
+            parser.error(f"{flag} must be >= 1, got {min(values)}")
+
+    from flashprobe.errors import FlashprobeError
+    from flashprobe.reporting.atomic import check_new_files, check_output_folder
+
+    replace = "remove it or choose another --out"
+    try:
+        check_output_folder(args.out, "--out")
+        check_new_files(result_files(args), replace)
+    except FlashprobeError as exc:
+        parser.error(str(exc))
 
     import torch
+
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU; none is visible (torch.cuda.is_available() is False)")
+    if args.tune:
+        from flashprobe.kernels import tuning
+
+        arch = tuning.arch_name(torch.device("cuda"))
+        try:
+            check_new_files(result_files(args, arch), replace)
+        except FlashprobeError as exc:
+            parser.error(str(exc))
+    args.out.mkdir(parents=True, exist_ok=True)
+
     import triton
 
     from flashprobe.environment import environment
@@ -206,7 +248,7 @@ def main() -> None:
         print(f"gpu tests exit {code}: {tail}")
 
     if args.no_grid:
-        return
+        return 0
     shapes = bench.default_shapes(seqs=args.seqs, head_dims=HEAD_DIMS)
     dq = "both" if args.atomic_dq else "ordered"
     impls = bench.implementations(args.presets, instrumented=True, peers=True, dq=dq)
@@ -218,7 +260,8 @@ def main() -> None:
     }
     (args.out / "bench.json").write_text(json.dumps(payload, indent=1))
     print(bench_tables(timings, impls))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -18,20 +18,27 @@ name + "+cudagraphs"), each against SDPA run the same way. Also times the attent
 call alone at this shape (forward + backward): its wall time, and the host time it takes to
 issue it (measured behind a long GPU sleep, so the host never waits), with kernel relaunches
 on (`kernels.fastlaunch`) and off (every launch through `JITFunction.run`).
+
+Writes OUT/throughput.json. Without a CUDA GPU, with bad settings, with an --out that is a file
+or an OUT/throughput.json that exists, it stops before creating anything: one line on stderr,
+exit code 2.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from flashprobe.errors import OneLineParser  # noqa: E402 (after the path)
 
 GPT2 = {"n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 1024, "vocab_size": 50304}
 VARIANTS = {
@@ -63,15 +70,14 @@ def split_name(name: str) -> tuple[str, str]:
     return name, ""
 
 
-def run_variant(
-    name: str, steps: int, batch: int, warmup: int, out_dir: Path, kv_heads: int | None = None
-) -> dict:
-    from flashprobe.train import TrainConfig, train_run
+def variant_config(name: str, steps: int, batch: int, kv_heads: int | None = None) -> Any:
+    """The TrainConfig of one variant (a FlashprobeError for settings no run can have)."""
+    from flashprobe.train import TrainConfig
 
     base, suffix = split_name(name)
     attention, metrics = VARIANTS[base]
     mode = COMPILE_MODES[suffix]
-    config = TrainConfig.from_dict(
+    return TrainConfig.from_dict(
         {
             "model": {**GPT2, "n_kv_head": kv_heads, "attention": attention},
             "optimizer": {"lr": 6e-4},
@@ -88,6 +94,14 @@ def run_variant(
             "metrics": {"eval_every": 0, **metrics},
         }
     )
+
+
+def run_variant(
+    name: str, steps: int, batch: int, warmup: int, out_dir: Path, kv_heads: int | None = None
+) -> dict:
+    from flashprobe.train import train_run
+
+    config = variant_config(name, steps, batch, kv_heads)
     summary = train_run(config, out_dir / name)
     lines = (out_dir / name / "metrics.jsonl").read_text().splitlines()
     rates = [json.loads(line)["tokens_per_s"] for line in lines if '"tokens_per_s"' in line]
@@ -142,8 +156,8 @@ def attention_only(batch: int) -> dict:
     return result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = OneLineParser(prog=Path(__file__).name, description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--batch", type=int, default=16)
@@ -152,7 +166,34 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", choices=names, default=names)
     parser.add_argument("--no-attention", action="store_true", help="skip the attention timing")
     parser.add_argument("--kv-heads", type=int, default=None, help="key/value heads (GQA)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.warmup < 0:
+        flag, value, floor = (
+            ("--steps", args.steps, 1) if args.steps < 1 else ("--warmup", args.warmup, 0)
+        )
+        parser.error(f"{flag} must be >= {floor}, got {value}")
+    if args.steps <= args.warmup:
+        parser.error(f"--steps {args.steps} leaves no step after --warmup {args.warmup}")
+
+    from flashprobe.errors import FlashprobeError
+    from flashprobe.reporting.atomic import check_new_files, check_output_folder
+
+    path = args.out / "throughput.json"
+    try:
+        for name in args.variants:
+            variant_config(name, args.steps, args.batch, args.kv_heads)
+    except FlashprobeError as exc:
+        parser.error(f"--batch {args.batch} --kv-heads {args.kv_heads}: {exc}")
+    try:
+        check_output_folder(args.out, "--out")
+        check_new_files([path], "remove it or choose another --out")
+    except FlashprobeError as exc:
+        parser.error(str(exc))
+
+    import torch
+
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU; none is visible (torch.cuda.is_available() is False)")
     args.out.mkdir(parents=True, exist_ok=True)
 
     from flashprobe.environment import environment
@@ -176,8 +217,9 @@ def main() -> None:
         print(f"{run['variant']:<28} {run['median_tokens_per_s']:>10.0f} tok/s  {ratio}  "
               f"loss {run['final_loss']:.3f}")  # fmt: skip
     results["runs"] = runs
-    (args.out / "throughput.json").write_text(json.dumps(results, indent=1))
+    path.write_text(json.dumps(results, indent=1))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,13 +2,21 @@
 (or scripts/gpu_kernels.py) file: each ratio's range over the grid's shapes.
 
     python scripts/kernel_ratios.py docs/results/kernels-h200-grid.json
+
+A file it cannot read is one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
+import math
+import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+from flashprobe.errors import FlashprobeError, OneLineParser
+from flashprobe.reporting.digest.schema import FORMAT as DIGEST_FORMAT
 
 #: (label, numerator implementation, denominator implementation, mode, target)
 RATIOS = (
@@ -34,11 +42,66 @@ RATIOS = (
 )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+EXPECTED = "a `flashprobe bench --json` file: an object with a timings list"
+#: Each timing's fields this table reads, and what they hold.
+FIELDS = {"impl": str, "mode": str, "seq": int, "head_dim": int, "causal": bool}
+
+
+def _timing_problem(timing: Any) -> str | None:
+    if not isinstance(timing, dict):
+        return "is not an object"
+    for key, kind in FIELDS.items():
+        value = timing.get(key)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            return f"has no {key} ({kind.__name__})"
+    tflops = timing.get("tflops")
+    if tflops is not None and not (
+        isinstance(tflops, int | float) and not isinstance(tflops, bool)
+        and math.isfinite(tflops) and tflops > 0
+    ):  # fmt: skip
+        return f"has tflops {tflops!r}, not a positive number or null"
+    return None
+
+
+def read_bench(path: Path) -> dict:
+    """The bench file's object; a FlashprobeError naming the file and what is wrong."""
+    if path.is_dir():
+        raise FlashprobeError(f"{path} is a folder, not a bench file")
+    if not path.is_file():
+        raise FlashprobeError(f"bench file not found: {path}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise FlashprobeError(f"bench file is not text (UTF-8 JSON): {path}") from None
+    except json.JSONDecodeError as exc:
+        raise FlashprobeError(f"bench file is not JSON: {path} (line {exc.lineno})") from None
+    except OSError as exc:
+        raise FlashprobeError(f"cannot read bench file {path}: {exc.strerror or exc}") from None
+    if isinstance(data, dict) and data.get("format") == DIGEST_FORMAT:
+        raise FlashprobeError(f"{path} is a flashprobe digest, not a bench file (expected "
+                              f"{EXPECTED})")  # fmt: skip
+    if not isinstance(data, dict) or not isinstance(data.get("timings"), list):
+        raise FlashprobeError(f"{path} has no timings list (expected {EXPECTED})")
+    if not data["timings"]:
+        raise FlashprobeError(f"{path} holds no timings")
+    for key in ("environment", "peers"):
+        if not isinstance(data.get(key, {}), dict):
+            raise FlashprobeError(f"{path}: {key} is not an object")
+    for index, timing in enumerate(data["timings"]):
+        problem = _timing_problem(timing)
+        if problem:
+            raise FlashprobeError(f"{path}: timings[{index}] {problem}")
+    return data
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = OneLineParser(prog=Path(__file__).name, description=__doc__.splitlines()[0])
     parser.add_argument("bench_json", type=Path)
-    args = parser.parse_args()
-    data = json.loads(args.bench_json.read_text())
+    args = parser.parse_args(argv)
+    try:
+        data = read_bench(args.bench_json)
+    except FlashprobeError as exc:
+        parser.error(str(exc))
     tflops = {}
     for t in data["timings"]:
         shape = (t["seq"], t["head_dim"], t["causal"])
@@ -62,7 +125,8 @@ def main() -> None:
             own = [tflops[top, mode, s] for s in shapes if (top, mode, s) in tflops]
             text += f" ({min(own):.0f}–{max(own):.0f} TFLOP/s)"
         print(f"| {label} | {text} | {target} |")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

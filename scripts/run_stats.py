@@ -18,7 +18,6 @@ digest-report counts it; branch sources trained only to the branch step are left
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from collections.abc import Sequence
@@ -27,6 +26,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from flashprobe.errors import FlashprobeError, OneLineParser
 from flashprobe.reporting.digest import attention
 from flashprobe.reporting.digest.outcomes import (
     DIVERGED,
@@ -37,6 +37,20 @@ from flashprobe.reporting.digest.report import load_digests
 from flashprobe.reporting.digest.schema import DigestCell
 
 LAST_ROWS = 10  # logged every 10 steps: the last 100 steps
+
+
+def counted_cells(paths: Sequence[str | Path]) -> list[DigestCell]:
+    """The digests' runs with logged curves, counted as digest-report counts them; a one-line
+    FlashprobeError where the digests hold no cells or no such run."""
+    cells = [cell for digest in load_digests(paths) for cell in digest.cells]
+    names = ", ".join(map(str, paths))
+    where = f"{names} holds" if len(paths) == 1 else f"the digests {names} hold"
+    if not cells:
+        raise FlashprobeError(f"{where} no cells")
+    kept = trained_runs(cells)
+    if not kept:
+        raise FlashprobeError(f"{where} no run with logged curves")
+    return kept
 
 
 def stats(cell: DigestCell, after: int = 500) -> dict[str, Any]:
@@ -69,8 +83,7 @@ def stats(cell: DigestCell, after: int = 500) -> dict[str, Any]:
 
 def runs(paths: Sequence[str | Path], chosen: Sequence[str] = ()) -> list[DigestCell]:
     """The counted runs with logged curves, or only those named VARIANT:SEED."""
-    cells = [cell for digest in load_digests(paths) for cell in digest.cells]
-    kept = trained_runs(cells)
+    kept = counted_cells(paths)
     if not chosen:
         return kept
     malformed = [name for name in chosen if not name.rpartition(":")[2].isdigit()]
@@ -86,12 +99,14 @@ def runs(paths: Sequence[str | Path], chosen: Sequence[str] = ()) -> list[Digest
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog=Path(__file__).name, description=__doc__.split("\n")[0])
     parser.add_argument("digests", nargs="+", help="digest files (flashprobe digest)")
     parser.add_argument("--cell", action="append", default=[], help="VARIANT:SEED (repeatable)")
     parser.add_argument("--from", dest="after", type=int, default=500,
                         help="first step counted for the loss and gradient columns")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.after < 0:
+        parser.error(f"--from must be a step >= 0, got {args.after}")
     try:
         chosen = runs(args.digests, args.cell)
     except ValueError as exc:

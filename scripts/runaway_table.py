@@ -22,7 +22,6 @@ from these runs must then hold on runs it did not see.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -31,6 +30,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from flashprobe.errors import FlashprobeError, OneLineParser
 from flashprobe.reporting.digest.outcomes import (
     DIVERGED,
     NOT_DIVERGED,
@@ -43,6 +43,20 @@ from flashprobe.train.config import DivergenceConfig
 from flashprobe.train.divergence import DivergenceMonitor
 
 SMOOTH, CUT_SMOOTH, RULE, RUNAWAY = "smooth", "cut, smooth", "loss rule", "runaway, no rule"
+
+
+def counted_cells(paths: Sequence[str | Path]) -> list[DigestCell]:
+    """The digests' runs with logged curves, counted as digest-report counts them; a one-line
+    FlashprobeError where the digests hold no cells or no such run."""
+    cells = [cell for digest in load_digests(paths) for cell in digest.cells]
+    names = ", ".join(map(str, paths))
+    where = f"{names} holds" if len(paths) == 1 else f"the digests {names} hold"
+    if not cells:
+        raise FlashprobeError(f"{where} no cells")
+    kept = trained_runs(cells)
+    if not kept:
+        raise FlashprobeError(f"{where} no run with logged curves")
+    return kept
 
 
 def classify(cell: DigestCell) -> dict[str, Any]:
@@ -86,8 +100,7 @@ def margin_step(cell: DigestCell, margin: float) -> int | None:
 
 
 def rows(paths: Sequence[str | Path], margin: float | None = None) -> list[dict[str, Any]]:
-    cells = [cell for digest in load_digests(paths) for cell in digest.cells]
-    kept = trained_runs(cells)
+    kept = counted_cells(paths)
     table = [classify(c) for c in kept]
     if margin is not None:
         for row, cell in zip(table, kept, strict=True):
@@ -109,7 +122,7 @@ def margin_counts(table: Sequence[dict[str, Any]], margin: float) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog=Path(__file__).name, description=__doc__.split("\n")[0])
     parser.add_argument("digests", nargs="+", help="digest files (flashprobe digest)")
     parser.add_argument(
         "--margin", type=float, help="also where a loss rule of running min + MARGIN would fire"

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from script_helpers import ROOT, load_script, one_line
 
-ROOT = Path(__file__).parents[2]
-_spec = importlib.util.spec_from_file_location("run_stats", ROOT / "scripts" / "run_stats.py")
-run_stats = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(run_stats)  # type: ignore[union-attr]
+run_stats = load_script("run_stats")
 
 ATTRIBUTION = ROOT / "docs" / "results" / "loss-explosion-adamw-attribution.json"
 
@@ -74,3 +70,38 @@ def test_a_cell_without_a_seed_is_one_line_and_exit_2(cell: str) -> None:
     assert result.returncode == 2
     assert f"--cell {cell!r}: expected VARIANT:SEED" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+EMPTY = '{"format": "flashprobe-digest", "version": 3, "cells": []}'
+
+
+def _one_line(result: subprocess.CompletedProcess[str]) -> str:
+    return one_line(result.stderr, result.returncode, "run_stats.py")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--from", "-1"], "--from must be a step >= 0, got -1"),
+        (["--from", "x"], "argument --from: invalid int value: 'x'"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_flags_are_one_line_and_exit_2(args: list[str], message: str) -> None:
+    assert message in _one_line(_cli(*args))
+
+
+def test_no_digest_is_one_line() -> None:
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "run_stats.py")],
+                            capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert "the following arguments are required: digests" in _one_line(result)
+
+
+def test_a_digest_without_cells_is_one_line_not_an_empty_table(tmp_path) -> None:
+    empty = tmp_path / "empty.json"
+    empty.write_text(EMPTY)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "run_stats.py"), str(empty)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert _one_line(result).endswith(f"{empty} holds no cells") and result.stdout == ""

@@ -3,22 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from script_helpers import ROOT, load_script, one_line
 
 from flashprobe.reporting.digest.schema import DigestCell
 
-ROOT = Path(__file__).parents[2]
-_spec = importlib.util.spec_from_file_location(
-    "runaway_table", ROOT / "scripts" / "runaway_table.py"
-)
-table = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(table)  # type: ignore[union-attr]
+table = load_script("runaway_table")
 
 RESULTS = ROOT / "docs" / "results"
 ADAMW = [RESULTS / f"loss-explosion-adamw-{name}.json"
@@ -100,3 +95,35 @@ def test_a_missing_or_malformed_digest_is_one_line_and_exit_2(tmp_path, content)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("runaway_table.py: error: ") and "d.json" in last
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "runaway_table.py"), *args],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def _one_line(result: subprocess.CompletedProcess[str]) -> str:
+    return one_line(result.stderr, result.returncode, "runaway_table.py")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "the following arguments are required: digests"),
+        ((str(ADAMW[0]), "--bogus"), "unrecognized arguments: --bogus"),
+        ((str(ADAMW[0]), "--margin", "0"), "--margin must be positive, got 0.0"),
+    ],
+)
+def test_bad_flags_are_one_line_and_exit_2(args: tuple[str, ...], message: str) -> None:
+    assert message in _one_line(_run(*args))
+
+
+def test_digests_without_cells_are_one_line_not_an_empty_table(tmp_path) -> None:
+    empty = tmp_path / "empty.json"
+    empty.write_text('{"format": "flashprobe-digest", "version": 3, "cells": []}')
+    result = _run(str(empty))
+    assert _one_line(result).endswith(f"{empty} holds no cells") and result.stdout == ""
+    both = _one_line(_run(str(empty), str(empty)))
+    assert both.endswith(f"the digests {empty}, {empty} hold no cells")
