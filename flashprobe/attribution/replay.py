@@ -40,6 +40,7 @@ from flashprobe.attribution import mechanism as mech
 from flashprobe.attribution.ranking import Roles, resolve_roles
 from flashprobe.attribution.replay_files import (
     FORMAT,
+    cached,
     capture_fingerprints,
     earlier_kept,
     replay_key,
@@ -204,10 +205,30 @@ def replay_cells(
     if superseded:
         notes.append(f"{len(superseded)} superseded run(s) not replayed (see `flashprobe report`)")
     backend = machine_backend(settings.backend)
-    chosen = choose(
-        suite, trained_variants(cells), other_variants or {}, sr.suite_dir(cells[0]),
-        settings.variants,
-    )  # fmt: skip
+    folder = sr.suite_dir(cells[0])
+    trained = trained_variants(cells)
+    chosen = choose(suite, trained, other_variants or {}, folder, settings.variants)
+    sources = [c for c in cells if settings.sources == "all" or c.variant == roles.baseline]
+    # Every source's capture files and kernels first: a missing capture or a variant that does
+    # not fit one source's captures stops the replay before any replay.json is written.
+    captures = [(source, capture_files(source)) for source in sources]
+    plans = _plans(chosen, captures)
+    earlier = read_suite_replay(folder)
+    kept = earlier_kept(
+        folder, earlier, readable, list(chosen), backend, roles.baseline, plans, force
+    )
+    if kept.redo:
+        # the earlier replay's other variants again, as trained in the suite (all its cells)
+        everyone, _ = one_run_per_seed(sr.read_cells(folder.parent, folder.name))
+        more = {v: d for v, d in trained_variants(everyone).items() if v in kept.redo}
+        try:
+            chosen = choose(
+                suite, {**more, **trained}, other_variants or {}, folder,
+                [*chosen, *(v for v in kept.redo if v not in chosen)],
+            )  # fmt: skip
+        except FlashprobeError:
+            raise FlashprobeError(kept.refusal) from None
+        plans = _plans(chosen, captures)
     wanted = list(chosen)
     untrained = {v: d[0].origin for v, d in chosen.items() if not d[0].trained}
     if untrained:
@@ -215,17 +236,6 @@ def replay_cells(
             f"{len(untrained)} variant(s) replayed without training (no training outcome): "
             + ", ".join(f"{v} ({origin})" for v, origin in untrained.items())
         )
-    sources = [c for c in cells if settings.sources == "all" or c.variant == roles.baseline]
-    # Every source's kernels first: a variant that does not fit one source's captures stops
-    # the replay before any replay.json is written.
-    plans = []
-    for source in sources:
-        steps = capture_files(source)
-        headers = [read_capture_header(s, p) for s, p in steps] if untrained else []
-        plans.append((source, steps, resolve_groups(chosen, source, headers) if steps else {}))
-    folder = cells[0].path.parent
-    earlier = read_suite_replay(folder)
-    kept = earlier_kept(folder, earlier, readable, wanted, backend, roles.baseline, plans, force)
     notes += kept.notes
     results: list[dict[str, Any]] = []
     docs: list[dict[str, Any]] = []
@@ -235,16 +245,17 @@ def replay_cells(
             results.append({"cell": source.name, "status": "no captures", "steps": []})
             notes.append(f"{source.name}: {state}no captures to replay")
             continue
-        key = replay_key(steps, groups, backend)
+        files = capture_fingerprints(steps)
+        key = replay_key(steps, groups, backend, files)
         old = read_replay(source)
-        if old is not None and old.get("key") == key and not force:
+        if not force and cached(old, steps, groups, backend, key):
             results.append({"cell": source.name, "status": "cached", "steps": step_numbers(steps)})
             docs.append(old)
             continue
         say(f"replaying {len(wanted)} variants on {source.name} ({len(steps)} captures)")
         doc = replay_source(source, steps, groups, backend, progress=say, kernel=kernel)
         doc["key"] = key
-        doc["captures"] = capture_fingerprints(steps)
+        doc["captures"] = files
         doc = with_earlier(doc, old, kept.variants)
         write_replay(source, doc)
         docs.append(doc)
@@ -274,6 +285,20 @@ def replay_cells(
     }
     suite_file = write_suite_replay(folder, suite_doc)
     return ReplayOutcome(suite, roles, results, str(suite_file), notes)
+
+
+def _plans(
+    chosen: Mapping[str, tuple[VariantConfigs, ...]],
+    captures: list[tuple[sr.CellView, list[tuple[int, Path]]]],
+) -> list[tuple[sr.CellView, list[tuple[int, Path]], dict[str, dict[int, LayerGroups]]]]:
+    """Per source: its capture files and each chosen variant's kernels on them (an untrained
+    variant checked against the captures' headers)."""
+    untrained = any(not d[0].trained for d in chosen.values())
+    plans = []
+    for source, steps in captures:
+        headers = [read_capture_header(s, p) for s, p in steps] if untrained else []
+        plans.append((source, steps, resolve_groups(chosen, source, headers) if steps else {}))
+    return plans
 
 
 @measurement_threads()

@@ -8,11 +8,13 @@ sequence fits, the step is skipped and manifest.json says so. What counts is the
 every tensor of TENSOR_NAMES per captured layer (the layer input X included: B × T × n_embd, as
 much as one of Q/K/V) plus the header, all trimmed to the same sequences. Files are serialised
 in memory, then written to a temporary name and renamed, so a killed run never leaves half a
-file.
+file; manifest.json records each file's sha256 (what replay keys an unchanged capture by: it
+survives a copy that does not keep file times).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Mapping
@@ -72,7 +74,9 @@ class CaptureWriter:
         entry: dict[str, Any] = {"step": step, "sequences_in_micro_batch": total}
         if keep >= 1:
             write_bytes_atomic(self.folder / name, blob)
-            entry.update(file=name, sequences=keep, bytes=len(blob))
+            entry.update(
+                file=name, sequences=keep, bytes=len(blob), sha256=hashlib.sha256(blob).hexdigest()
+            )
         else:
             (self.folder / name).unlink(missing_ok=True)  # a stale file from an earlier attempt
             entry.update(file=None, sequences=0, bytes=0, skipped="one sequence exceeds the share")

@@ -12,9 +12,14 @@ from flashprobe.errors import FlashprobeError
 from flashprobe.store.reader import REPLAY_FILE, CellView
 from flashprobe.store.result_store import read_json, write_json
 
+#: What every replay.json attribution.replay writes holds (since its first format): a file
+#: without one of them (`{}`, a hand-made or foreign file) is as corrupt as one of the wrong type.
+CELL_REQUIRED = ("format", "source_cell", "steps", "records")
+SUITE_REQUIRED = ("format", "roles", "variants", "summary")
+
 
 def read_replay(cell: CellView) -> dict[str, Any] | None:
-    return _read_replay_file(cell.replay_path)
+    return _read_replay_file(cell.replay_path, CELL_REQUIRED)
 
 
 def write_replay(cell: CellView, data: Mapping[str, Any]) -> Path:
@@ -23,7 +28,7 @@ def write_replay(cell: CellView, data: Mapping[str, Any]) -> Path:
 
 
 def read_suite_replay(folder: Path) -> dict[str, Any] | None:
-    return _read_replay_file(folder / REPLAY_FILE)
+    return _read_replay_file(folder / REPLAY_FILE, SUITE_REQUIRED)
 
 
 def write_suite_replay(folder: Path, data: Mapping[str, Any]) -> Path:
@@ -31,12 +36,15 @@ def write_suite_replay(folder: Path, data: Mapping[str, Any]) -> Path:
     return folder / REPLAY_FILE
 
 
-def _read_replay_file(path: Path) -> dict[str, Any] | None:
+def _read_replay_file(path: Path, required: tuple[str, ...] = ()) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     data = read_json(path)
     if not isinstance(data, dict):
         raise FlashprobeError(f"corrupt replay results: {path}")
+    absent = [key for key in required if key not in data]
+    if absent:
+        raise FlashprobeError(f"corrupt replay results: {path}: no {', '.join(absent)}")
     problem = _replay_shape_problem(data)
     if problem is not None:
         raise FlashprobeError(f"corrupt replay results: {path}: {problem}")

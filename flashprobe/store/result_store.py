@@ -58,8 +58,9 @@ Captures (`run/captures/`, written by store.capture under capture.max_bytes):
             each head group's heads, impl, backend and full KernelSpec)
     manifest.json    max_bytes, share_bytes (the cap / the number of capture steps), layers,
                      planned_steps, steps: {t: {file, sequences, sequences_in_micro_batch,
-                     bytes, skipped?}}; a step absent from `steps` was not reached (the run
-                     diverged and stopped, or, in a branched cell, it precedes the branch step)
+                     bytes, sha256 (of the file; absent in older stores), skipped?}}; a step
+                     absent from `steps` was not reached (the run diverged and stopped, or, in a
+                     branched cell, it precedes the branch step); a file it lists must be there
 
 Everything is written through temp-file-and-rename (metrics are appended line by line and a torn
 last line is dropped on resume), so a killed run leaves either the old file or the new one,
@@ -276,6 +277,10 @@ SUMMARY_TYPES: dict[str, tuple[type, ...]] = {
     "tokens_per_s": (int, float),
     "wall_time_s": (int, float),
 }
+#: Fields every summary.json has (RunSummary writes them): what a finished run's outcome is read
+#: from. One absent (a truncated or hand-made summary, `{}`) reads as missing, like a value of
+#: the wrong type, and the store check says so.
+SUMMARY_REQUIRED = ("steps_done", "diverged")
 #: Fields summary.json repeats from cell.json: they must agree.
 _SHARED_FIELDS = ("suite", "variant", "seed", "point", "key", "code_version", "branch_from",
                   "branch_step")  # fmt: skip
@@ -287,6 +292,9 @@ def _checked_summary(
     """summary.json with values of the wrong type read as missing (None); what was wrong, and
     where it contradicts cell.json, goes into `problems`."""
     out = dict(summary)
+    absent = [key for key in SUMMARY_REQUIRED if key not in out]
+    if absent:
+        problems.append(f"summary.json lacks {', '.join(absent)} (read as missing)")
     for key, types in SUMMARY_TYPES.items():
         value = out.get(key)
         if value is not None and not json_io.has_type(value, types):
@@ -294,6 +302,10 @@ def _checked_summary(
                 f"summary.json {key} is {type(value).__name__} {value!r:.40} (read as missing)"
             )
             out[key] = None
+    done = out.get("steps_done")
+    if isinstance(done, int) and done < 0:
+        problems.append(f"summary.json steps_done {done} is negative (read as missing)")
+        out["steps_done"] = None
     for key in _SHARED_FIELDS:
         if key in out and key in meta and out[key] != meta[key]:
             problems.append(
@@ -313,6 +325,26 @@ def _check_config(config: Any, path: Path) -> None:
     for key in _CONFIG_SECTIONS:
         if config.get(key) is not None and not isinstance(config[key], dict):
             raise FlashprobeError(f"corrupt cell file {path}: {key} is not a JSON object")
+
+
+def store_around(path: str | Path) -> Path | None:
+    """The result store `path` lies in, judged by what a store holds (a cell's cell.json, a
+    suite's suite.json) in the folders above it; None when it lies in none."""
+    for folder in Path(path).resolve().parents:
+        if (folder / "cell.json").is_file():
+            return folder.parent.parent
+        if (folder / SUITE_FILE).is_file():
+            return folder.parent
+        try:
+            children = [child for child in folder.iterdir() if child.is_dir()]
+        except OSError:
+            continue
+        for child in children:
+            if (child / "cell.json").is_file():
+                return folder.parent  # a suite folder
+            if (child / SUITE_FILE).is_file():
+                return folder  # the store itself
+    return None
 
 
 def check_suite_folder(suite: str) -> None:

@@ -36,8 +36,8 @@ if [ -n "${THEN:-}" ]; then
   fi
 fi
 if [ -d "$STORE" ]; then
-  python3 -m flashprobe digest "$STORE" "$OUT/$(basename "$STORE").json" --every 10 >/dev/null \
-    || echo "call.sh: digest failed" >>"$OUT/call.log"
+  bash "$(dirname "$0")/digest_store.sh" "$STORE" "$OUT/$(basename "$STORE").json" \
+    >>"$OUT/call.log" 2>&1 || echo "call.sh: digest failed" >>"$OUT/call.log"
 else
   echo "call.sh: no store at $STORE: no cell ran (see the lines above), no digest" >>"$OUT/call.log"
 fi

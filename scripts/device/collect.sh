@@ -24,9 +24,9 @@ nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv >"$OUT/gpu.txt" 
 for store in $STORES; do
   [ -d "$store" ] || continue
   name=$(basename "$store")
-  python3 -m flashprobe digest "$store" "$OUT/$name.json" --every 10 >/dev/null
+  bash "$(dirname "$0")/digest_store.sh" "$store" "$OUT/$name.json"
 done
-replays=$(for store in $STORES; do [ -d "$store" ] && find "$store" -name replay.json; done)
+replays=$(for store in $STORES; do [ -d "$store" ] && find "$store" -name 'replay.json*'; done)
 [ -n "$replays" ] && tar czf "$OUT/replays.tgz" $replays 2>/dev/null  # the δ replays: one file
 for f in gpu-tests.log profile.log replay.log quick-report.md bench.log atomic-dq-grid.json; do
   [ -e "$STATE/$f" ] && cp "$STATE/$f" "$OUT/"

@@ -409,3 +409,122 @@ def test_a_variant_whose_cells_lost_cell_json_is_named_and_its_replay_kept(tmp_p
     assert json.loads(suite_file.read_text())["summary"]["block-m"] == before
     for folder in lost:
         assert f"store check: {folder}: no cell.json, so not read as a cell" in outcome.notes
+
+
+# -- the captures a replay is keyed by ------------------------------------------------------------
+def _with_manifests(root: Path) -> Path:
+    """Give every cell's captures the manifest.json store.capture writes (sha256 included)."""
+    import hashlib
+
+    for folder in root.glob("planted/*/run/captures"):
+        entries = {}
+        for path in sorted(folder.glob("step_*.safetensors")):
+            step = int(path.stem.split("_")[-1])
+            blob = path.read_bytes()
+            entries[str(step)] = {"step": step, "file": path.name, "sequences": 2,
+                                  "sequences_in_micro_batch": 2, "bytes": len(blob),
+                                  "sha256": hashlib.sha256(blob).hexdigest()}  # fmt: skip
+        (folder / "manifest.json").write_text(json.dumps({"steps": entries}))
+    return root
+
+
+def _files(root: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in sorted(root.glob("planted/**/replay.json"))}
+
+
+def test_a_listed_capture_that_is_gone_stops_the_replay_and_writes_nothing(tmp_path) -> None:
+    """One capture file deleted under a manifest that lists it: `replay --force` used to replay
+    the other cell alone and rewrite the suite's replay.json from half its sources."""
+    root = _with_manifests(make_store(tmp_path))
+    settings = ReplaySettings(baseline="baseline")
+    replay_cells(sr.read_cells(root, "planted"), settings, kernel=planted_kernel)
+    before = _files(root)
+    gone = sorted(root.glob("planted/baseline--*/run/captures/step_0000002.safetensors"))[0]
+    gone.unlink()
+    for force in (False, True):
+        with pytest.raises(FlashprobeError, match=f"missing capture file {gone}"):
+            replay_cells(sr.read_cells(root, "planted"), settings, force=force)
+    assert _files(root) == before
+
+
+def _copy_without_times(root: Path, to: Path) -> Path:
+    """The store as `cp -r` (no -p), tar or another machine leaves it: every file time new."""
+    shutil.copytree(root, to, copy_function=shutil.copyfile)
+    later = 2_000_000_000
+    for path in to.rglob("*"):
+        os.utime(path, (later, later))
+    return to
+
+
+def test_a_copied_store_takes_more_variants_on_its_unchanged_captures(tmp_path) -> None:
+    """Keyed by (step, name, size, mtime) a copy's captures looked rewritten: adding a variant
+    stopped with 'made on other captures'. By sha256 the copy is the same replay."""
+    root = _with_manifests(make_store(tmp_path / "a"))
+    first = ReplaySettings(baseline="baseline", variants=("baseline", "block-m"))
+    replay_cells(sr.read_cells(root, "planted"), first, kernel=planted_kernel)
+    copy = _copy_without_times(root, tmp_path / "b")
+    again = replay_cells(sr.read_cells(copy, "planted"), first, kernel=planted_kernel)
+    assert [c["status"] for c in again.cells] == ["cached", "cached"]
+    more = ReplaySettings(baseline="baseline", variants=("delta-fp32",))
+    outcome = replay_cells(sr.read_cells(copy, "planted"), more, kernel=planted_kernel)
+    assert any("kept the earlier replay of baseline, block-m" in n for n in outcome.notes)
+    doc = json.loads((copy / "planted" / "replay.json").read_text())
+    assert set(doc["summary"]) == {"baseline", "block-m", "delta-fp32"}
+    # a rewritten capture (as a rerun's writer leaves it: new file, new sha256) still differs
+    cell = next(c for c in sr.read_cells(copy, "planted") if c.variant == "baseline")
+    path = capture_files(cell)[0][1]
+    tensors = load_capture(1, path).tensors
+    save_file({k: v + 1 for k, v in tensors.items()}, str(path))
+    _with_manifests(copy)
+    with pytest.raises(FlashprobeError, match=f"made on other captures of {cell.name}"):
+        replay_cells(sr.read_cells(copy, "planted"), more, kernel=planted_kernel)
+
+
+def _as_written_before_sha256(root: Path) -> None:
+    """Make the store's replays what flashprobe wrote before the sha256: captures by file time
+    (and their key with them), manifests without the sha256."""
+    from flashprobe.attribution import replay_files as rf
+    from flashprobe.attribution.replay_variants import choose, resolve_groups, trained_variants
+
+    cells = sr.read_cells(root, "planted")
+    chosen = choose("planted", trained_variants(cells), {}, root / "planted", None)
+    for cell in cells:
+        if not cell.replay_path.is_file():
+            continue
+        doc = json.loads(cell.replay_path.read_text())
+        steps = capture_files(cell)
+        groups = resolve_groups({v: chosen[v] for v in doc_variants(doc)}, cell, [])
+        assert doc["key"] == rf.replay_key(steps, groups, doc["backend"])
+        doc["captures"] = [[s, p.name, p.stat().st_size, p.stat().st_mtime_ns] for s, p in steps]
+        doc["key"] = rf.replay_key(steps, groups, doc["backend"], doc["captures"])
+        cell.replay_path.write_text(json.dumps(doc))
+    for path in root.glob("planted/*/run/captures/manifest.json"):
+        manifest = json.loads(path.read_text())
+        for entry in manifest["steps"].values():
+            del entry["sha256"]
+        path.write_text(json.dumps(manifest))
+
+
+def doc_variants(doc: dict) -> list[str]:
+    return list(dict.fromkeys(r["variant"] for r in doc["records"]))
+
+
+def test_a_replay_from_before_the_sha256_still_matches_or_is_replayed_again(tmp_path) -> None:
+    """Older replays (captures by file time) stay cached on captures unchanged in place; in a
+    copy their captures cannot be checked, so they are replayed again, not refused."""
+    root = _with_manifests(make_store(tmp_path / "a"))
+    first = ReplaySettings(baseline="baseline", variants=("baseline", "block-m"))
+    replay_cells(sr.read_cells(root, "planted"), first, kernel=planted_kernel)
+    _as_written_before_sha256(root)
+    before = _files(root)
+    again = replay_cells(sr.read_cells(root, "planted"), first, kernel=planted_kernel)
+    assert [c["status"] for c in again.cells] == ["cached", "cached"]
+    copy = _copy_without_times(root, tmp_path / "b")
+    more = ReplaySettings(baseline="baseline", variants=("delta-fp32",))
+    outcome = replay_cells(sr.read_cells(copy, "planted"), more, kernel=planted_kernel)
+    assert [c["status"] for c in outcome.cells] == ["replayed", "replayed"]
+    assert any("replayed baseline, block-m again too" in n for n in outcome.notes)
+    doc = json.loads((copy / "planted" / "replay.json").read_text())
+    assert set(doc["summary"]) == {"baseline", "block-m", "delta-fp32"}
+    assert doc["untrained_variants"] == {}  # trained, though replayed from a subset's replay
+    assert _files(root) == before  # the original store untouched

@@ -24,7 +24,14 @@ def test_stored_settings_take_flags_then_suite_json_then_the_last_roles(tmp_path
     folder.mkdir()
     assert stored_settings(folder) == ReplaySettings()  # nothing stored: the defaults
     (folder / "replay.json").write_text(
-        json.dumps({"roles": {"baseline": "fa2", "safe": "fp32", "components": {"sfa": "s"}}})
+        json.dumps(
+            {
+                "format": "flashprobe-replay/1",
+                "variants": [],
+                "summary": {},
+                "roles": {"baseline": "fa2", "safe": "fp32", "components": {"sfa": "s"}},
+            }
+        )
     )
     inferred = stored_settings(folder)
     assert (inferred.baseline, inferred.safe, dict(inferred.components)) == (

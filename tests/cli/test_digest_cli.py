@@ -179,3 +179,39 @@ def test_digest_merge_output_under_a_file_is_one_line(run_cli, store: Path, tmp_
     assert result.code == 2, result.err
     assert "merge output" in result.err and "not a folder" in result.err
     assert result.err.count("\n") == 1 and "Traceback" not in result.err
+
+
+def test_digest_of_a_torn_replay_is_exit_2_as_report_and_replay(run_cli, tmp_path: Path) -> None:
+    """A truncated replay.json (the suite's or a cell's): report and replay exit 2; digest
+    exited 0, embedding {"error": ...} in the cell (the suite's it did not read)."""
+    kernel = "  kernel: {preset: fa2, block_n: 16}\n"
+    config = tmp_path / "s.yaml"
+    config.write_text(
+        SUITE.replace(kernel, kernel + "  capture: {layers: [1], steps: [5]}\n")
+        + "replay: {baseline: fa2, backend: emulator}\n"
+    )
+    store = tmp_path / "store"
+    assert run_cli("ablate", "-c", str(config), "--store", str(store)).code == 0
+    out = tmp_path / "d.json"
+    (cell,) = store.glob("cli-digest/fa2--*")
+    for torn in (store / "cli-digest" / "replay.json", cell / "replay.json"):
+        whole = torn.read_text()
+        torn.write_text(whole[: len(whole) // 2])
+        for args in (("digest", str(store), str(out)), ("report", str(store))):
+            result = run_cli(*args)
+            assert result.code == 2, (args, result.err)
+            assert result.err.count("\n") == 1 and str(torn) in result.err
+        assert not out.exists()
+        torn.write_text(whole)
+    assert run_cli("digest", str(store), str(out)).code == 0
+
+
+def test_digest_merge_of_digests_without_cells_is_exit_2(run_cli, tmp_path: Path) -> None:
+    empty = {"format": "flashprobe-digest", "version": 3, "cells": [], "suites": {}}
+    inputs = []
+    for name in ("a.json", "b.json"):
+        (tmp_path / name).write_text(json.dumps(empty))
+        inputs.append(str(tmp_path / name))
+    result = run_cli("digest-merge", str(tmp_path / "m.json"), *inputs)
+    assert result.code == 2 and result.err == "flashprobe: error: the digests hold no cells\n"
+    assert not (tmp_path / "m.json").exists()

@@ -140,3 +140,18 @@ def test_bad_variants_from_files_are_one_line(tmp_path, run_cli, baseline_store)
         "variant 'paper-code' of ",
         "runs other kernels than the trained 'paper-code' (layer 0: ",
     )
+
+
+def test_a_listed_capture_that_is_gone_is_exit_2_and_nothing_rewritten(run_cli, tmp_path) -> None:
+    """`replay --force` with one capture file deleted: it used to exit 0 with a note and rewrite
+    the suite's replay.json from the other baseline cell alone."""
+    store = tmp_path / "store"
+    config = write(tmp_path, "tiny.yaml", {**TINY, "seeds": [0, 1]})
+    assert run_cli("ablate", "-c", config, "--store", str(store)).code == 0
+    written = {p: p.read_bytes() for p in store.rglob("replay.json")}
+    assert len(written) == 3  # the suite's and its two cells'
+    gone = sorted(store.glob("*/paper-code--*/run/captures/*.safetensors"))[0]
+    gone.unlink()
+    result = run_cli("replay", str(store), "--force")
+    one_line_error(result, f"missing capture file {gone}: {gone.parent / 'manifest.json'} lists")
+    assert {p: p.read_bytes() for p in store.rglob("replay.json")} == written

@@ -181,3 +181,22 @@ def test_runs_trained_on_different_token_streams_are_noted(tmp_path: Path) -> No
     (note,) = [n for n in report.notes if "token streams" in n]
     assert note.endswith("0123456789ab: baseline seeds 0,1; fedcba987654: delta-fp32 seed 1")
     assert note in " ".join(render_reports([report], "table").split())  # the table wraps it
+
+
+def test_an_empty_summary_is_a_store_check_and_an_empty_replay_an_error(replayed: Path) -> None:
+    """summary.json `{}` counted as a finished run without a word (steps '4,None'); a baseline
+    cell's replay.json `{}` dropped its mechanism from the ranking without a word."""
+    from flashprobe.errors import FlashprobeError
+
+    cells = sr.read_cells(replayed)
+    plain = next(c for c in cells if c.variant == "block-m")
+    (plain.path / "summary.json").write_text("{}")
+    (report,) = build_reports(replayed)
+    assert any(
+        n.startswith(f"store check: {plain.name}: summary.json lacks steps_done, diverged")
+        for n in report.notes
+    )
+    source = next(c for c in cells if c.variant == "baseline")
+    source.replay_path.write_text("{}")
+    with pytest.raises(FlashprobeError, match=f"corrupt replay results: {source.replay_path}: no"):
+        build_reports(replayed)

@@ -29,7 +29,8 @@ def cell_with(root: Path, lines: list[str], summary: dict | None, config: dict |
     (path / "run" / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
     if summary is not None:
         meta = json.loads((path / "cell.json").read_text())
-        store.finish(path, {"status": "done", "variant": "fa2", "key": meta["key"], **summary})
+        done = {"status": "done", "variant": "fa2", "key": meta["key"], "diverged": False}
+        store.finish(path, {**done, **summary})
     (view,) = sr.read_cells(root)
     return view
 

@@ -97,3 +97,14 @@ def test_layer_input_x_is_a_capture_tensor_counted_in_the_cap_and_trimmed_alike(
     assert torch.equal(loaded["layer1.x"], data["layer1.x"][:2])
     manifest = json.loads((tmp_path / "captures" / "manifest.json").read_text())
     assert manifest["steps"]["2"]["bytes"] <= cap // 2
+
+
+def test_the_manifest_records_each_file_s_sha256(tmp_path) -> None:
+    """What replay keys an unchanged capture by: it survives a copy that drops file times."""
+    import hashlib
+
+    writer(tmp_path, 2**20)(2, tensors())
+    folder = tmp_path / "captures"
+    entry = json.loads((folder / "manifest.json").read_text())["steps"]["2"]
+    blob = (folder / capture_file_name(2)).read_bytes()
+    assert entry["sha256"] == hashlib.sha256(blob).hexdigest() and entry["bytes"] == len(blob)

@@ -11,7 +11,7 @@ from store_helpers import cell_with, steps
 
 from flashprobe.errors import FlashprobeError
 from flashprobe.store import reader as sr
-from flashprobe.store.metrics_check import metrics_problems
+from flashprobe.store.metrics_check import metrics_problems, store_notes
 from flashprobe.train.run_state import INTERRUPTED
 
 
@@ -103,3 +103,16 @@ def test_a_missing_store_is_named_as_missing_even_with_a_suite(tmp_path, suite) 
     """`replay nonexist --suite smoke` used to say "no suite 'smoke' in result store nonexist"."""
     with pytest.raises(FlashprobeError, match=r"^result store not found: .*nonexist$"):
         sr.read_cells(tmp_path / "nonexist", suite)
+
+
+def test_an_empty_or_negative_summary_goes_through_the_store_check(tmp_path) -> None:
+    """summary.json `{}` marks the cell finished but says nothing of its outcome: a note, as a
+    value of the wrong type gets (report and digest list it), not a silent success."""
+    view = cell_with(tmp_path / "a", steps(0, 1), {})
+    (view.path / "summary.json").write_text("{}")
+    (view,) = sr.read_cells(tmp_path / "a")
+    assert view.problems == ("summary.json lacks steps_done, diverged (read as missing)",)
+    assert any("lacks steps_done" in n for n in store_notes([view]))
+    view = cell_with(tmp_path / "b", steps(0, 1), {"steps_done": -5})
+    assert view.summary["steps_done"] is None
+    assert view.problems == ("summary.json steps_done -5 is negative (read as missing)",)

@@ -93,3 +93,21 @@ def _write_changed(path: Path, doc: dict, where: tuple, value) -> None:
         node = node[key]
     node[where[-1]] = value
     path.write_text(json.dumps(changed))
+
+
+def test_an_empty_replay_is_corrupt_as_a_wrong_typed_one(tmp_path) -> None:
+    """`{}` (or a file without a field every replay.json has) used to read as a replay with no
+    records: the report then ranked without the baseline's mechanism, without a word."""
+    view = cell_with(tmp_path, steps(0, 1), None)
+    folder = view.path.parent
+    for path, doc, read, needle in (
+        (view.replay_path, CELL_REPLAY, lambda: read_replay(view), "records"),
+        (folder / "replay.json", SUITE_REPLAY, lambda: read_suite_replay(folder), "summary"),
+    ):
+        path.write_text("{}")
+        with pytest.raises(FlashprobeError, match=r"corrupt replay results: .*: no format"):
+            read()
+        path.write_text(json.dumps({k: v for k, v in doc.items() if k != needle}))
+        with pytest.raises(FlashprobeError, match=f"no {needle}$"):
+            read()
+        path.unlink()

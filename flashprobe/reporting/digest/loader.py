@@ -209,6 +209,11 @@ def _cell_mapping(raw: Any, path: Path, index: int) -> Mapping[str, Any]:
     if "variant" not in raw["meta"]:
         raise FlashprobeError(f"not a flashprobe digest: {path} (cell {index}'s meta: no variant)")
     _check_types(raw, _CELL_TYPES, f"cell {index}: ")
+    for part in ("summary", "interrupted"):
+        record = raw.get(part)
+        done = record.get("steps_done") if isinstance(record, Mapping) else None
+        if isinstance(done, int) and done < 0:
+            raise ValueError(f"cell {index}: {part}.steps_done must be >= 0, not {done}")
     for pair in raw["meta"].get("point") or []:
         if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)):
             raise ValueError(f"cell {index}: meta.point must be a list of [name, value] pairs")

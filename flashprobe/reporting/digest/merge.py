@@ -23,6 +23,7 @@ from flashprobe.reporting.atomic import check_output_folder, write_text_atomic, 
 from flashprobe.reporting.digest.loader import load_digest
 from flashprobe.reporting.digest.pooling import Superseded, one_run_per_seed
 from flashprobe.reporting.digest.schema import FORMAT
+from flashprobe.store.result_store import store_around
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,10 @@ def merge_digests(
     if out.is_dir():
         raise FlashprobeError(f"merge output is a folder: {out}")
     check_output_folder(out.parent, "merge output")
+    # --force replaces OUT: never a file of a result store (as `flashprobe digest` refuses)
+    store = store_around(out)
+    if store is not None:
+        raise FlashprobeError(f"merge output {out} is inside the result store {store}")
     if out.exists() and not force:
         raise FlashprobeError(f"{out} exists; refusing to overwrite it (--force replaces it)")
     digests = [load_digest(path, order) for order, path in enumerate(inputs)]
@@ -52,6 +57,8 @@ def merge_digests(
             )
     raws = [json.loads(Path(path).read_text(encoding="utf-8")) for path in inputs]
     cells = [cell for digest in digests for cell in digest.cells]
+    if not cells:
+        raise FlashprobeError("the digests hold no cells")  # as digest-report says
     kept, superseded = one_run_per_seed(cells)
     from flashprobe.runner.plan import code_version
 

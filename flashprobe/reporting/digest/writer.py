@@ -6,10 +6,11 @@ its own record of its wall time and time by phase so far), the last logged step 
 checkpoint's, the first divergence the metrics recorded, a loss curve thinned to about one
 record per `every` steps, every attention and spectral record reduced over heads, and its δ
 replay's compact form (digest.replay) when `flashprobe replay` replayed its captures. A
-replay.json that cannot be read is noted in the digest, not fatal: the training results still
-come back. What the store's reader finds wrong (corrupt, repeated or missing metrics, a
-summary.json at odds with cell.json, a folder without cell.json) goes into the digest's
-`notes`, as `flashprobe report` lists it.
+replay.json (a cell's or the suite's) that cannot be read is a one-line FlashprobeError and no
+digest is written, as `flashprobe report` and `replay` refuse the same store (run `flashprobe
+replay --force`, or delete the file, to go on). What the store's reader finds wrong (corrupt,
+repeated or missing metrics, a summary.json at odds with cell.json, a folder without cell.json)
+goes into the digest's `notes`, as `flashprobe report` lists it.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from flashprobe.reporting.digest.schema import FORMAT, VERSION
 from flashprobe.reporting.render import to_jsonable
 from flashprobe.store import reader as sr
 from flashprobe.store.metrics_check import store_notes
-from flashprobe.store.replay_results import read_replay
+from flashprobe.store.replay_results import read_replay, read_suite_replay
 from flashprobe.store.result_store import ENVIRONMENT_FILE, read_json
 from flashprobe.store.suite_definition import read_suite_definition
 from flashprobe.train.checkpoint import checkpoint_step, latest_checkpoint
@@ -47,6 +48,7 @@ def build_digest(
     for cell in cells:
         if cell.suite not in suites:
             suites[cell.suite] = read_suite_definition(sr.suite_dir(cell))
+            read_suite_replay(sr.suite_dir(cell))  # checked as report reads it: damage stops
     from flashprobe.runner.plan import code_version
 
     return to_jsonable(
@@ -168,17 +170,21 @@ def spectral_record(record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def replay_entry(cell: sr.CellView) -> dict[str, Any] | None:
-    """The compact form of the cell's replay.json; None without one; {"error": why} for one
-    that cannot be read."""
-    if not cell.replay_path.is_file():
+    """The compact form of the cell's replay.json; None without one; a one-line
+    FlashprobeError for one that cannot be read (older digests hold {"error": why} there)."""
+    doc = read_replay(cell)
+    if doc is None:
         return None
     try:
-        doc = read_replay(cell)
-        return rp.compact(doc or {})
-    except FlashprobeError as exc:
-        return {"error": str(exc)}
+        return rp.compact(doc)
+    except FlashprobeError:
+        raise
     except (ValueError, KeyError, TypeError) as exc:
-        return {"error": f"{cell.replay_path}: not a replay this flashprobe reads ({exc})"}
+        why = " ".join(str(exc).split())
+        raise FlashprobeError(
+            f"corrupt replay results: {cell.replay_path}: not a replay this flashprobe reads "
+            f"({why})"
+        ) from None
 
 
 def _checkpoint_step(cell: sr.CellView) -> int | None:

@@ -105,3 +105,31 @@ def test_merge_refuses_an_output_under_a_file_before_reading(tmp_path: Path, mak
     blocker.write_text("")
     with pytest.raises(FlashprobeError, match=r"merge output .*plain-file is not a folder"):
         merge_digests([a, b], blocker / "merged.json")
+
+
+def test_merge_refuses_negative_steps_no_cells_and_an_output_in_a_store(tmp_path, make) -> None:
+    """Each used to write a merge: -5 steps (digest-report then showed -5), an empty digest of
+    inputs that hold no cells (digest-report refuses it), a file inside a result store."""
+    good = make.digest(tmp_path / "good.json", [make.cell("a", 0)])
+    out = tmp_path / "out.json"
+    bad = make.digest(tmp_path / "bad.json", [make.cell("a", 1)])
+    raw = json.loads(bad.read_text())
+    raw["cells"][0]["summary"]["steps_done"] = -5
+    bad.write_text(json.dumps(raw))
+    with pytest.raises(FlashprobeError, match=r"summary\.steps_done must be >= 0, not -5"):
+        merge_digests([good, bad], out)
+    with pytest.raises(FlashprobeError, match="steps_done must be >= 0"):
+        load_digests([bad])  # digest-report reads it alike
+    empty = [make.digest(tmp_path / f"e{i}.json", []) for i in range(2)]
+    with pytest.raises(FlashprobeError, match=r"^the digests hold no cells$"):
+        merge_digests(empty, out)
+    assert not out.exists()
+    cell = tmp_path / "store" / "s" / "a--0"
+    cell.mkdir(parents=True)
+    (cell / "cell.json").write_text("{}")
+    (tmp_path / "store" / "s" / "suite.json").write_text("{}")
+    for inside in (cell / "m.json", cell.parent / "m.json", cell.parent.parent / "m.json"):
+        with pytest.raises(FlashprobeError, match=r"merge output .* is inside the result store"):
+            merge_digests([good, good], inside)
+        assert not inside.exists()
+    merge_digests([good, good], tmp_path / "m.json")  # beside the store: fine

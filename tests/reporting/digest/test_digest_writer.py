@@ -210,16 +210,27 @@ def test_a_replayed_run_carries_its_replay(replayed_store: Path, tmp_path: Path)
     assert len(json.dumps(replay)) < 0.25 * cell.replay_path.stat().st_size
 
 
-def test_an_unreadable_replay_is_noted_not_fatal(replayed_store: Path, tmp_path: Path) -> None:
+def test_an_unreadable_replay_is_one_line_and_no_digest(replayed_store: Path, tmp_path) -> None:
+    """A torn replay.json (a cell's or the suite's) stops the digest as it stops `report` and
+    `replay`: it used to exit 0 with {"error": ...} in the cell and nothing on stderr."""
     store = tmp_path / "store"
     shutil.copytree(replayed_store, store)
     (cell,) = [c for c in sr.read_cells(store) if c.variant == "touchy"]
-    cell.replay_path.write_text("{torn")
-    runs = _by_run(build_digest(store))
-    assert "corrupt JSON" in runs["touchy", 0]["replay"]["error"]
-    assert runs["touchy", 0]["summary"]["diverged"]  # the training results stand
-    cell.replay_path.write_text(json.dumps({"format": "flashprobe-replay/9", "records": []}))
-    assert "flashprobe-replay/9" in _by_run(build_digest(store))["touchy", 0]["replay"]["error"]
+    good = cell.replay_path.read_text()
+    out = tmp_path / "d.json"
+    for path, torn in (
+        (cell.replay_path, good[: len(good) // 2]),
+        (cell.path.parent / "replay.json", "{torn"),
+        (cell.replay_path, json.dumps({**json.loads(good), "format": "flashprobe-replay/9"})),
+    ):
+        before = path.read_text()
+        path.write_text(torn)
+        with pytest.raises(FlashprobeError, match="corrupt") as error:
+            write_digest(store, out)
+        assert str(path) in str(error.value) and "\n" not in str(error.value)
+        assert not out.exists()
+        path.write_text(before)
+    assert write_digest(store, out) == 2
 
 
 def test_a_folder_without_cell_json_is_a_note_of_the_digest(tiny_store: Path, tmp_path) -> None:
