@@ -12,7 +12,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
+
+from flashprobe.errors import FlashprobeError
 
 NONFINITE = "_nonfinite"
 _NAMES = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
@@ -42,6 +45,24 @@ def loads(text: str) -> Any:
             if isinstance(pointer, str) and isinstance(name, str) and name in _NAMES:
                 _set_pointer(data, pointer, _NAMES[name])
     return data
+
+
+def read_json_file(path: Path, what: str) -> Any:
+    """The JSON value in `path` as json.loads reads it; a one-line FlashprobeError naming `what`
+    (e.g. "digest", "bench file") and the file where it is missing, a folder, not text or not
+    JSON."""
+    if path.is_dir():
+        raise FlashprobeError(f"{path} is a folder, not a {what}")
+    if not path.is_file():
+        raise FlashprobeError(f"{what} not found: {path}")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise FlashprobeError(f"{what} is not text (UTF-8 JSON): {path}") from None
+    except json.JSONDecodeError as exc:
+        raise FlashprobeError(f"{what} is not JSON: {path} (line {exc.lineno})") from None
+    except OSError as exc:
+        raise FlashprobeError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
 
 
 def _replace_nonfinite(value: Any, pointer: str, flags: dict[str, str]) -> Any:

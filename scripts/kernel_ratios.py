@@ -8,7 +8,6 @@ A file it cannot read is one line on stderr and exit code 2.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from collections.abc import Sequence
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from flashprobe.errors import FlashprobeError, OneLineParser
+from flashprobe.json_io import read_json_file
 from flashprobe.reporting.digest.schema import FORMAT as DIGEST_FORMAT
 
 #: (label, numerator implementation, denominator implementation, mode, target)
@@ -65,18 +65,7 @@ def _timing_problem(timing: Any) -> str | None:
 
 def read_bench(path: Path) -> dict:
     """The bench file's object; a FlashprobeError naming the file and what is wrong."""
-    if path.is_dir():
-        raise FlashprobeError(f"{path} is a folder, not a bench file")
-    if not path.is_file():
-        raise FlashprobeError(f"bench file not found: {path}")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise FlashprobeError(f"bench file is not text (UTF-8 JSON): {path}") from None
-    except json.JSONDecodeError as exc:
-        raise FlashprobeError(f"bench file is not JSON: {path} (line {exc.lineno})") from None
-    except OSError as exc:
-        raise FlashprobeError(f"cannot read bench file {path}: {exc.strerror or exc}") from None
+    data = read_json_file(path, "bench file")
     if isinstance(data, dict) and data.get("format") == DIGEST_FORMAT:
         raise FlashprobeError(f"{path} is a flashprobe digest, not a bench file (expected "
                               f"{EXPECTED})")  # fmt: skip

@@ -22,7 +22,6 @@ Bad input is one line on stderr and exit code 2.
 from __future__ import annotations
 
 import io
-import json
 import statistics
 import sys
 from collections.abc import Sequence
@@ -36,6 +35,7 @@ import matplotlib.pyplot as plt
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from flashprobe.errors import FlashprobeError, OneLineParser
+from flashprobe.json_io import read_json_file
 from flashprobe.reporting.atomic import check_new_files, check_output_folder, write_bytes_atomic
 from flashprobe.reporting.digest.schema import FORMAT
 
@@ -96,17 +96,7 @@ def _cell_problem(cell: Any) -> str | None:
 
 def read_cells(path: Path) -> list[dict]:
     """The cells of a format-1 digest; a FlashprobeError naming the file and the problem."""
-    if not path.is_file():
-        what = "is a folder, not a digest file" if path.is_dir() else "not found"
-        raise FlashprobeError(f"digest {what}: {path}")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise FlashprobeError(f"digest is not text (UTF-8 JSON): {path}") from None
-    except json.JSONDecodeError as exc:
-        raise FlashprobeError(f"digest is not JSON: {path} (line {exc.lineno})") from None
-    except OSError as exc:
-        raise FlashprobeError(f"cannot read digest {path}: {exc.strerror or exc}") from None
+    data = read_json_file(path, "digest")
     if isinstance(data, dict) and data.get("format") == FORMAT:
         raise FlashprobeError(
             f"{path} is a format-{data.get('version')} digest, which this script cannot plot; "

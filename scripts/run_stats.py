@@ -26,31 +26,16 @@ from typing import Any
 
 from tabulate import tabulate
 
-from flashprobe.errors import FlashprobeError, OneLineParser
+from flashprobe.errors import OneLineParser
 from flashprobe.reporting.digest import attention
 from flashprobe.reporting.digest.outcomes import (
     DIVERGED,
     seed_outcome,
-    trained_runs,
 )
-from flashprobe.reporting.digest.report import load_digests
+from flashprobe.reporting.digest.report import trained_cells
 from flashprobe.reporting.digest.schema import DigestCell
 
 LAST_ROWS = 10  # logged every 10 steps: the last 100 steps
-
-
-def counted_cells(paths: Sequence[str | Path]) -> list[DigestCell]:
-    """The digests' runs with logged curves, counted as digest-report counts them; a one-line
-    FlashprobeError where the digests hold no cells or no such run."""
-    cells = [cell for digest in load_digests(paths) for cell in digest.cells]
-    names = ", ".join(map(str, paths))
-    where = f"{names} holds" if len(paths) == 1 else f"the digests {names} hold"
-    if not cells:
-        raise FlashprobeError(f"{where} no cells")
-    kept = trained_runs(cells)
-    if not kept:
-        raise FlashprobeError(f"{where} no run with logged curves")
-    return kept
 
 
 def stats(cell: DigestCell, after: int = 500) -> dict[str, Any]:
@@ -83,7 +68,7 @@ def stats(cell: DigestCell, after: int = 500) -> dict[str, Any]:
 
 def runs(paths: Sequence[str | Path], chosen: Sequence[str] = ()) -> list[DigestCell]:
     """The counted runs with logged curves, or only those named VARIANT:SEED."""
-    kept = counted_cells(paths)
+    kept = trained_cells(paths)
     if not chosen:
         return kept
     malformed = [name for name in chosen if not name.rpartition(":")[2].isdigit()]

@@ -30,33 +30,18 @@ from typing import Any
 
 from tabulate import tabulate
 
-from flashprobe.errors import FlashprobeError, OneLineParser
+from flashprobe.errors import OneLineParser
 from flashprobe.reporting.digest.outcomes import (
     DIVERGED,
     NOT_DIVERGED,
     seed_outcome,
-    trained_runs,
 )
-from flashprobe.reporting.digest.report import load_digests
+from flashprobe.reporting.digest.report import trained_cells
 from flashprobe.reporting.digest.schema import DigestCell
 from flashprobe.train.config import DivergenceConfig
 from flashprobe.train.divergence import DivergenceMonitor
 
 SMOOTH, CUT_SMOOTH, RULE, RUNAWAY = "smooth", "cut, smooth", "loss rule", "runaway, no rule"
-
-
-def counted_cells(paths: Sequence[str | Path]) -> list[DigestCell]:
-    """The digests' runs with logged curves, counted as digest-report counts them; a one-line
-    FlashprobeError where the digests hold no cells or no such run."""
-    cells = [cell for digest in load_digests(paths) for cell in digest.cells]
-    names = ", ".join(map(str, paths))
-    where = f"{names} holds" if len(paths) == 1 else f"the digests {names} hold"
-    if not cells:
-        raise FlashprobeError(f"{where} no cells")
-    kept = trained_runs(cells)
-    if not kept:
-        raise FlashprobeError(f"{where} no run with logged curves")
-    return kept
 
 
 def classify(cell: DigestCell) -> dict[str, Any]:
@@ -100,7 +85,7 @@ def margin_step(cell: DigestCell, margin: float) -> int | None:
 
 
 def rows(paths: Sequence[str | Path], margin: float | None = None) -> list[dict[str, Any]]:
-    kept = counted_cells(paths)
+    kept = trained_cells(paths)
     table = [classify(c) for c in kept]
     if margin is not None:
         for row, cell in zip(table, kept, strict=True):

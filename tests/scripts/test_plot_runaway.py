@@ -96,7 +96,7 @@ def test_a_digest_it_cannot_plot_is_one_line_naming_it(tmp_path, capsys, content
 
 def test_a_folder_as_the_digest_and_bad_numbers(tmp_path, capsys) -> None:
     out = str(tmp_path / "out.png")
-    assert "is a folder, not a digest file" in _refused(capsys, str(tmp_path), out)
+    assert "is a folder, not a digest" in _refused(capsys, str(tmp_path), out)
     assert "--limit must be a positive number" in _refused(capsys, str(RUN), out, "--limit", "0")
     assert "--horizon must be a step count" in _refused(capsys, str(RUN), out, "--horizon", "0")
     assert "unrecognized arguments: --bogus" in _refused(capsys, str(RUN), out, "--bogus")

@@ -74,15 +74,7 @@ def load_digest(path: str | Path, order: int = 0) -> Digest:
     """Read a digest of any version; `order` is its place among the digests pooled (later
     counts as later when runs carry no start time)."""
     path = Path(path)
-    if not path.is_file():
-        what = "is a folder, not a digest file" if path.is_dir() else "not found"
-        raise FlashprobeError(f"digest {what}: {path}")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise FlashprobeError(f"digest is not text (UTF-8 JSON): {path}") from None
-    except json.JSONDecodeError as exc:
-        raise FlashprobeError(f"digest is not JSON: {path} (line {exc.lineno})") from None
+    data = json_io.read_json_file(path, "digest")
     try:
         return _parse(data, path, order)
     except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:

@@ -30,6 +30,7 @@ from flashprobe.reporting.digest.outcomes import (
     branch_points,
     control_check,
     is_branch_stub,
+    trained_runs,
     variant_outcomes,
 )
 from flashprobe.reporting.digest.pooling import Superseded, one_run_per_seed
@@ -115,6 +116,21 @@ def load_digests(paths: Sequence[str | Path]) -> list[Digest]:
     if not paths:
         raise FlashprobeError("no digest files given")
     return [load_digest(path, order) for order, path in enumerate(paths)]
+
+
+def trained_cells(paths: Sequence[str | Path]) -> list[DigestCell]:
+    """The digests' runs with logged curves, as digest-report counts them (`trained_runs`); a
+    one-line FlashprobeError where the digests hold no cells or no such run (the scripts that
+    read digests: scripts/run_stats.py, scripts/runaway_table.py)."""
+    cells = [cell for digest in load_digests(paths) for cell in digest.cells]
+    names = ", ".join(map(str, paths))
+    where = f"{names} holds" if len(paths) == 1 else f"the digests {names} hold"
+    if not cells:
+        raise FlashprobeError(f"{where} no cells")
+    kept = trained_runs(cells)
+    if not kept:
+        raise FlashprobeError(f"{where} no run with logged curves")
+    return kept
 
 
 def build_digest_reports(
