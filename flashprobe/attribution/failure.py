@@ -62,7 +62,8 @@ class FailureRule:
         if not (math.isfinite(self.logit_limit) and self.logit_limit > 0):
             raise FlashprobeError(f"failure.logit_limit must be > 0, got {self.logit_limit}")
         if self.layers is not None and (not self.layers or min(self.layers) < 0):
-            raise FlashprobeError(f"failure.layers must be layer indices >= 0, got {self.layers}")
+            shown = ", ".join(map(str, self.layers)) or "none"
+            raise FlashprobeError(f"failure.layers must be layer indices >= 0, got {shown}")
         if self.horizon is not None and (isinstance(self.horizon, bool) or self.horizon < 1):
             raise FlashprobeError(f"failure.horizon must be a step count >= 1, got {self.horizon}")
 

@@ -111,6 +111,9 @@ def report_command(
         raise FlashprobeError(f"--table must be one of {', '.join(TABLES)}, got {table!r}")
     if top < 0:
         raise FlashprobeError(f"--top must be >= 0, got {top}")
+    for flag, name in (("--baseline", baseline), ("--safe", safe)):
+        if name is not None and not name.strip():
+            raise FlashprobeError(f"{flag} is empty: name a variant of the suite")
     if horizon is not None and horizon < 1:
         raise FlashprobeError(f"--horizon must be a step count >= 1, got {horizon}")
     check_plot_folder(plot, force)  # fail before reading anything

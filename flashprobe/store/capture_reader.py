@@ -119,6 +119,13 @@ class Capture:
         return value if math.isfinite(value) else None
 
 
+def _why(exc: Exception) -> str:
+    """safetensors' reason on one line ("Error while deserializing header: header too large"),
+    else the error's type."""
+    text = " ".join(str(exc).split())[:200]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def load_capture(step: int, path: Path) -> Capture:
     """Read one capture file (safetensors: no code runs while loading)."""
     from safetensors import safe_open
@@ -128,7 +135,7 @@ def load_capture(step: int, path: Path) -> Capture:
             metadata = dict(handle.metadata() or {})
             tensors = {key: handle.get_tensor(key) for key in handle.keys()}
     except Exception as exc:  # safetensors raises its own error types for bad headers
-        raise FlashprobeError(f"corrupt capture file {path}: {type(exc).__name__}") from None
+        raise FlashprobeError(f"corrupt capture file {path}: {_why(exc)}") from None
     return Capture(step=step, tensors=tensors, metadata=metadata)
 
 
@@ -161,5 +168,5 @@ def read_capture_header(step: int, path: Path) -> CaptureHeader:
             metadata = dict(handle.metadata() or {})
             shapes = {key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()}
     except Exception as exc:  # safetensors raises its own error types for bad headers
-        raise FlashprobeError(f"corrupt capture file {path}: {type(exc).__name__}") from None
+        raise FlashprobeError(f"corrupt capture file {path}: {_why(exc)}") from None
     return CaptureHeader(step=step, shapes=shapes, metadata=metadata)

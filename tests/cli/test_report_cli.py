@@ -56,6 +56,11 @@ def test_bad_options(run_cli, tmp_path) -> None:
         assert result.code == 2 and "applies to --" in result.err, alone
     result = run_cli("report", str(root), "--horizon", "0")
     assert result.code == 2 and "--horizon must be a step count >= 1" in result.err
+    for flag in ("--baseline", "--safe"):  # '' would fall back to the default silently
+        result = run_cli("report", str(root), flag, "")
+        assert result.code == 2 and f"{flag} is empty: name a variant" in result.err
+    layer = run_cli("report", str(root), "--failure", "logit-runaway", "--failure-layer", "-1")
+    assert layer.code == 2 and "failure.layers must be layer indices >= 0, got -1\n" in layer.err
 
 
 def test_replay_then_report(run_cli, tmp_path) -> None:

@@ -57,3 +57,16 @@ def test_sha256_comes_from_the_manifest_else_from_the_file(tmp_path) -> None:
     manifest["steps"]["2"]["bytes"] += 1  # not the file it was recorded for: read off the file
     manifest_path.write_text(json.dumps(manifest))
     assert capture_sha256(steps) == real
+
+
+def test_a_garbage_capture_file_names_safetensors_reason(tmp_path) -> None:
+    from flashprobe.store.capture_reader import load_capture, read_capture_header
+
+    path = tmp_path / "step_0000001.safetensors"
+    path.write_bytes(b"garbage-bytes-here")
+    for read in (load_capture, read_capture_header):
+        with pytest.raises(FlashprobeError) as error:
+            read(1, path)
+        message = str(error.value)
+        assert message.startswith(f"corrupt capture file {path}: SafetensorError: ")
+        assert "header" in message and "\n" not in message
