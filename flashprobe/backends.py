@@ -7,8 +7,9 @@ the model's attention module, the training checks and replay.
                                                            TRITON_INTERPRET=1 only (tests)
     auto        the Triton kernels                         the PyTorch emulator
 
-`auto` also runs the emulator for fp64 tensors (its gradcheck mode: the kernels take 16-bit and
-fp32) and where the kernels cannot be loaded. A training run or a replay refuses `triton` on a
+`auto` also runs the emulator for what the kernels do not take (fp32 and fp64 tensors, the
+emulator's gradcheck mode; head dims other than KERNEL_HEAD_DIMS) and where the kernels cannot
+be loaded. A training run or a replay refuses `triton` on a
 machine without a CUDA GPU (`machine_backend`): the interpreter is for the kernel tests.
 """
 
@@ -31,6 +32,10 @@ TABLE: dict[str, tuple[Implementation, Implementation]] = {
 }
 BACKENDS = tuple(TABLE)
 NEEDS_CUDA = "backend triton needs a CUDA GPU"
+#: What the Triton kernels take (kernels.autograd refuses the rest); `auto` runs the emulator
+#: for anything else.
+KERNEL_DTYPES = (torch.bfloat16, torch.float16)
+KERNEL_HEAD_DIMS = (16, 32, 64, 128, 256)
 
 
 def check_backend(backend: Any) -> str:
@@ -39,18 +44,24 @@ def check_backend(backend: Any) -> str:
     return backend
 
 
-def implementation(backend: Any, *, cuda: bool, dtype: torch.dtype | None = None) -> Implementation:
-    """What `backend` runs on CUDA (cuda=True) or elsewhere, for tensors of `dtype`."""
+def implementation(
+    backend: Any, *, cuda: bool, dtype: torch.dtype | None = None, head_dim: int | None = None
+) -> Implementation:
+    """What `backend` runs on CUDA (cuda=True) or elsewhere, for tensors of `dtype` and
+    `head_dim` (None: not known yet, e.g. a training run's plan)."""
     chosen = TABLE[check_backend(backend)][0 if cuda else 1]
     if backend == "auto" and chosen == "triton":
-        if dtype == torch.float64 or not triton_available():
+        unfit = (dtype is not None and dtype not in KERNEL_DTYPES) or (
+            head_dim is not None and head_dim not in KERNEL_HEAD_DIMS
+        )
+        if unfit or not triton_available():
             return "emulator"
     return chosen
 
 
 def tensor_backend(backend: Any, q: torch.Tensor) -> Implementation:
     """What `flashprobe.attention(q, ..., backend=backend)` runs: "triton" or "emulator"."""
-    return implementation(backend, cuda=q.is_cuda, dtype=q.dtype)
+    return implementation(backend, cuda=q.is_cuda, dtype=q.dtype, head_dim=q.shape[-1])
 
 
 def machine_backend(

@@ -69,6 +69,11 @@ def sdpa(
             f"flashprobe.sdpa: dropout_p={dropout_p} is not supported (only 0.0); "
             "put the model in eval mode or set its attention dropout to 0"
         )
+    for name, flag in (("is_causal", is_causal), ("enable_gqa", enable_gqa)):
+        if not isinstance(flag, bool):  # torch's SDPA refuses these too; "False" is truthy
+            raise FlashprobeError(f"flashprobe.sdpa: {name} must be True or False, got {flag!r}")
+    if isinstance(scale, torch.Tensor) and scale.numel() == 1:
+        scale = float(scale)  # a 0-d tensor, as torch's SDPA takes
     kernel_spec = resolve_spec(spec)
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, torch.Tensor):  # before .dim(): an AttributeError says little
@@ -94,15 +99,16 @@ def sdpa(
     if dims == 3:
         query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
     device = query.device.type
-    # Under autocast SDPA runs in the autocast dtype; the kernels then decide every rounding.
+    # Under autocast SDPA runs in the autocast dtype, as autocast casts it: every floating
+    # input but fp64 (which stays fp64); the kernels then decide every rounding.
     low = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
     with torch.autocast(device, enabled=False):
         if low is not None:
-            query, key, value = query.to(low), key.to(low), value.to(low)
+            query, key, value = (t if t.dtype == torch.float64 else t.to(low)
+                                 for t in (query, key, value))  # fmt: skip
         out = attention(
-            query, key, value, causal=bool(is_causal), spec=kernel_spec, scale=scale,
-            backend=backend,
-        )  # fmt: skip
+            query, key, value, causal=is_causal, spec=kernel_spec, scale=scale, backend=backend
+        )
     assert isinstance(out, torch.Tensor)
     return out.squeeze(1) if dims == 3 else out
 

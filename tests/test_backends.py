@@ -44,7 +44,11 @@ def test_the_table(kernels_load, backend: str, on_cuda: str, elsewhere: str) -> 
 
 def test_auto_runs_the_emulator_for_fp64_and_without_kernels(kernels_load, monkeypatch) -> None:
     assert implementation("auto", cuda=True, dtype=torch.float64) == "emulator"
-    assert implementation("auto", cuda=True, dtype=torch.float32) == "triton"
+    # what the kernels refuse runs on the emulator: fp32 inputs, head dims they do not take
+    assert implementation("auto", cuda=True, dtype=torch.float32) == "emulator"
+    assert implementation("auto", cuda=True, dtype=torch.bfloat16, head_dim=80) == "emulator"
+    assert implementation("auto", cuda=True, dtype=torch.bfloat16, head_dim=64) == "triton"
+    assert implementation("triton", cuda=True, dtype=torch.float32) == "triton"  # as asked
     monkeypatch.setitem(sys.modules, "flashprobe.kernels", None)
     assert implementation("auto", cuda=True, dtype=torch.bfloat16) == "emulator"
     assert implementation("triton", cuda=True) == "triton"  # asked for: its load error says why

@@ -51,6 +51,8 @@ def test_sdpa_grouped_query_and_3d_inputs() -> None:
         ({"attn_mask": torch.ones(48, 48, dtype=torch.bool)}, "attn_mask is not supported"),
         ({"dropout_p": 0.1}, "dropout_p=0.1 is not supported"),
         ({"spec": "nope"}, "unknown preset"),
+        ({"is_causal": "False"}, "is_causal must be True or False, got 'False'"),  # truthy
+        ({"enable_gqa": 1}, "enable_gqa must be True or False, got 1"),
     ],
 )
 def test_what_sdpa_does_not_support_is_a_one_line_error(kwargs, needle: str) -> None:
@@ -58,6 +60,23 @@ def test_what_sdpa_does_not_support_is_a_one_line_error(kwargs, needle: str) -> 
     with pytest.raises(FlashprobeError, match=needle) as info:
         flashprobe.sdpa(q, k, v, **kwargs)
     assert "\n" not in str(info.value)
+
+
+def test_sdpa_takes_a_0d_tensor_scale_as_torch_does() -> None:
+    q, k, v = qkv()
+    got = flashprobe.sdpa(q, k, v, scale=torch.tensor(0.3), spec="fp32")
+    torch.testing.assert_close(got, flashprobe.sdpa(q, k, v, scale=0.3, spec="fp32"))
+
+
+def test_autocast_casts_what_torch_casts_and_leaves_fp64() -> None:
+    """As autocast casts SDPA's inputs: fp32 to the autocast dtype, fp64 kept."""
+    q, k, v = qkv()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = flashprobe.sdpa(q, k, v, spec="fp32")
+        double = flashprobe.sdpa(q.double(), k.double(), v.double(), spec="fp32")
+        assert low.dtype == TORCH_SDPA(q, k, v).dtype == torch.bfloat16
+        assert double.dtype == TORCH_SDPA(q.double(), k.double(), v.double()).dtype
+    assert double.dtype == torch.float64
 
 
 def test_sdpa_shape_errors() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from flashprobe.backends import KERNEL_DTYPES, KERNEL_HEAD_DIMS
 from flashprobe.errors import FlashprobeError
 from flashprobe.kernels import ops
 from flashprobe.kernels.launch import (
@@ -25,8 +26,6 @@ from flashprobe.kernels.launch import (
 from flashprobe.reference.heads import group_size
 from flashprobe.spec import KernelSpec, resolve_spec
 from flashprobe.stats import AttentionStats
-
-_HEAD_DIMS = (16, 32, 64, 128, 256)
 
 
 def triton_attention(
@@ -96,7 +95,8 @@ class _TritonAttention(torch.autograd.Function):
         return (out.o, *extras)
 
     @staticmethod
-    def backward(ctx: Any, do: torch.Tensor, *_unused: Any) -> Any:
+    @torch.autograd.function.once_differentiable  # no graph of the kernels' backward: refuse
+    def backward(ctx: Any, do: torch.Tensor, *_unused: Any) -> Any:  # double backward loudly
         q, k, v, o, lse, o_fp32 = ctx.saved_tensors
         dq, dk, dv = attention_backward(q, k, v, o, lse, do, causal=ctx.causal, spec=ctx.spec,
                                         scale=ctx.scale, o_fp32=o_fp32,
@@ -108,7 +108,7 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
             raise FlashprobeError(f"{name} must be a 4-D tensor [batch, heads, seq, head_dim]")
-        if t.dtype not in (torch.bfloat16, torch.float16):
+        if t.dtype not in KERNEL_DTYPES:
             raise FlashprobeError(
                 f"{name} must be bf16 or fp16 for the Triton kernels, got {t.dtype}"
             )
@@ -120,8 +120,8 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
     if k.shape[0] != q.shape[0] or k.shape != v.shape or k.shape[3] != head_dim:
         raise FlashprobeError("k and v must have one shape, with q's batch and head_dim")
     group_size(q, k)
-    if head_dim not in _HEAD_DIMS:
-        raise FlashprobeError(f"head_dim must be one of {_HEAD_DIMS} for the Triton kernels")
+    if head_dim not in KERNEL_HEAD_DIMS:
+        raise FlashprobeError(f"head_dim must be one of {KERNEL_HEAD_DIMS} for the Triton kernels")
     if q.shape[2] == 0 or k.shape[2] == 0:
         raise FlashprobeError("sequence lengths must be positive")
     if q.device.type != "cuda" and not interpreting():

@@ -500,6 +500,18 @@ def test_deterministic(device: str) -> None:
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_second_derivative_is_refused_not_silently_zero(device: str) -> None:
+    """The kernels' backward is not itself differentiated: a gradient penalty through it must
+    fail loudly (as the emulator's does), not drop the term."""
+    q, k, v, _ = qkv_do(1, 2, 16, 16, 32, torch.bfloat16, device, seed=9)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    o = triton_attention(*leaves, causal=False, spec=make_spec("fa2"))
+    (dq,) = torch.autograd.grad(o.float().pow(2).sum(), leaves[0], create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        dq.float().pow(2).sum().backward()
+
+
 @pytest.mark.parametrize(
     ("shape", "dtype", "scale", "match"),
     [
