@@ -12,6 +12,7 @@ available, else the emulator).
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -94,6 +95,7 @@ def attention(
             q, k, v, causal=causal, spec=kernel_spec, scale=scale, return_stats=return_stats
         )
 
+    _check_emulator_memory(q, k)
     o, lse, row_max, tie_events, p_bar_ones = _EmulatedAttention.apply(
         q, k, v, kernel_spec, causal, scale
     )
@@ -105,6 +107,40 @@ def attention(
 
 
 # -- input checks ----------------------------------------------------------------------------
+#: Bytes the emulator holds per attention score at its peak (forward and backward): measured
+#: about 39 on a CPU (B = H = 1, N 4096, fp32); rounded down, so the check below refuses only
+#: what cannot fit.
+EMULATOR_BYTES_PER_SCORE = 32
+
+
+def _check_emulator_memory(q: torch.Tensor, k: torch.Tensor) -> None:
+    """The emulator materialises every B·H·M·N score (it is the reference, not a flash
+    kernel): refuse at once a problem that cannot fit in the device's memory, instead of
+    swapping or being killed minutes later."""
+    batch, heads, seq_q, _ = q.shape
+    need = batch * heads * seq_q * k.shape[2] * EMULATOR_BYTES_PER_SCORE
+    have = device_memory(q.device)
+    if have is not None and need > have:
+        raise FlashprobeError(
+            f"the emulator would hold {batch}×{heads}×{seq_q}×{k.shape[2]} attention scores "
+            f"(≈ {need / 2**30:.0f} GiB), more than this device's {have / 2**30:.0f} GiB; "
+            "use the Triton kernels on a GPU (backend='triton'), or shorter sequences"
+        )
+
+
+def device_memory(device: torch.device) -> int | None:
+    """Total memory of `device` in bytes (a CUDA GPU's, or this machine's RAM), or None where
+    it cannot be told."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    if device.type != "cpu":
+        return None
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):  # not POSIX, or not reported
+        return None
+
+
 def _check_inputs(q: Any, k: Any, v: Any, causal: Any, scale: Any) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):

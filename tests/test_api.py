@@ -202,6 +202,20 @@ def test_bad_input_is_a_one_line_flashprobe_error(args, kwargs, message: str) ->
     assert "\n" not in str(err.value)
 
 
+def test_an_emulator_problem_larger_than_memory_is_refused_at_once(monkeypatch) -> None:
+    """The emulator holds every score: 2 × 3 × 64 × 48 of them need ~0.6 MB, refused on a
+    device of 100 kB, run on one of 10 MB."""
+    import flashprobe.api as api
+
+    assert api.device_memory(torch.device("cpu")) > 2**30  # this machine's RAM, read
+    q, k = torch.zeros(2, 3, 64, 16), torch.zeros(2, 3, 48, 16)
+    monkeypatch.setattr(api, "device_memory", lambda device: 100_000)
+    with pytest.raises(FlashprobeError, match=r"2×3×64×48 attention scores .* use the Triton"):
+        attention(q, k, k, backend="emulator")
+    monkeypatch.setattr(api, "device_memory", lambda device: 10_000_000)
+    assert attention(q, k, k, backend="emulator").shape == q.shape
+
+
 @pytest.mark.gpu
 def test_emulator_backend_on_cuda_trains(make_qkv) -> None:
     if not torch.cuda.is_available():
