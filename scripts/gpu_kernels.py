@@ -11,8 +11,9 @@
    ones, per (head_dim, causal) on one shape (N = --tune-seq, 32k tokens) → OUT/<arch>.json,
    also written to flashprobe/kernels/tuned/ here, and every candidate's time →
    OUT/tune_log.json; on Hopper (sm_90) every candidate is timed with pointer loads and with
-   tensor-descriptor (TMA) loads (`tuning.FwdConfig.tma`); --tune-forward narrows the forward
-   variants tuned (the others keep their entries);
+   tensor-descriptor (TMA) loads (`tuning.FwdConfig.tma`; `scripts/tma_gain.py` compares the
+   two per key from the log); --tune-forward narrows the forward variants tuned (the others
+   keep their entries);
 4. unless --no-grid: `flashprobe bench`'s grid (fa2, sfa, fa2 with stats against SDPA flash
    and cuDNN, and FlashAttention-2 and -3 where installed) → OUT/bench.json and the table on
    stdout.
@@ -144,7 +145,10 @@ def tune(
     merged = {**known, **tuned}
     path.write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n")
     (out / f"{arch}.json").write_text(path.read_text())
-    (out / "tune_log.json").write_text(json.dumps(log))
+    from flashprobe.environment import environment
+
+    payload = {"environment": environment("cuda"), "seq": seq, "timings": log}
+    (out / "tune_log.json").write_text(json.dumps(payload))
     tuning.clear_cache()
 
 
