@@ -13,17 +13,18 @@ as SDPA does, and as the kernels see the tensors in the project's GPT.
 
 `patch_sdpa` swaps torch.nn.functional.scaled_dot_product_attention for `sdpa` with the chosen
 spec while the block runs and restores whatever was there on exit, also on an exception; nested
-blocks stack (the innermost spec applies). It patches the attribute, so it reaches code that
-calls `F.scaled_dot_product_attention(...)` or `torch.nn.functional.scaled_dot_product_attention`
-at call time (nanoGPT, Hugging Face's "sdpa" attention), not a name imported before the block
-(`from torch.nn.functional import scaled_dot_product_attention`). Not thread-safe: the patch is
-process-wide while it lasts.
+blocks stack (the innermost spec applies), also when exited out of order. It patches the
+attribute, so it reaches code that calls `F.scaled_dot_product_attention(...)` or
+`torch.nn.functional.scaled_dot_product_attention` at call time (nanoGPT, Hugging Face's "sdpa"
+attention), not a name imported before the block (`from torch.nn.functional import
+scaled_dot_product_attention`). Not thread-safe: the patch is process-wide while it lasts.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -113,12 +114,32 @@ def sdpa(
     return out.squeeze(1) if dims == 3 else out
 
 
+@dataclass
+class _Patch:
+    """One patch_sdpa block: the function it replaced, and whether the block is still open."""
+
+    previous: Callable[..., torch.Tensor]
+    open: bool = True
+
+
+def _live(function: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """The function a call reaches: past every closed patch_sdpa block's function to the one
+    it replaced (blocks closed out of order leave theirs inside an open block's chain)."""
+    patch = getattr(function, "__flashprobe_patch__", None)
+    while patch is not None and not patch.open:
+        function = patch.previous
+        patch = getattr(function, "__flashprobe_patch__", None)
+    return function
+
+
 @contextlib.contextmanager
 def patch_sdpa(spec: SpecLike = "fa2", *, backend: str = "auto") -> Iterator[KernelSpec]:
     """Route torch.nn.functional.scaled_dot_product_attention through `sdpa` with `spec` inside
-    the block; yields the resolved KernelSpec. Restores the previous function on exit."""
+    the block; yields the resolved KernelSpec. Restores the previous function on exit; blocks
+    exited out of order (ExitStack, generators) restore the one open before them all."""
     kernel_spec = resolve_spec(spec)  # a bad spec fails here, before anything is patched
     check_backend(backend)
+    patch = _Patch(previous=F.scaled_dot_product_attention)
 
     def routed(
         query: torch.Tensor,
@@ -130,15 +151,24 @@ def patch_sdpa(spec: SpecLike = "fa2", *, backend: str = "auto") -> Iterator[Ker
         scale: float | None = None,
         enable_gqa: bool = False,
     ) -> torch.Tensor:
+        if not patch.open:  # reached through a patch made on top of this block, still in place
+            extra = {"enable_gqa": True} if enable_gqa else {}  # as torch's SDPA takes them
+            return _live(patch.previous)(
+                query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                is_causal=is_causal, scale=scale, **extra,
+            )  # fmt: skip
         return sdpa(
             query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
             spec=kernel_spec, backend=backend,
         )  # fmt: skip
 
     routed.__doc__ = f"flashprobe.sdpa with spec {kernel_spec.describe()} (flashprobe.patch_sdpa)"
-    previous = F.scaled_dot_product_attention
+    routed.__flashprobe_patch__ = patch  # type: ignore[attr-defined]
     F.scaled_dot_product_attention = routed
     try:
         yield kernel_spec
     finally:
-        F.scaled_dot_product_attention = previous
+        patch.open = False
+        if F.scaled_dot_product_attention is routed:
+            F.scaled_dot_product_attention = _live(patch.previous)
+        # else a block opened inside this one is still open: it restores past this one

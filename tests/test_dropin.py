@@ -165,3 +165,33 @@ def test_a_hugging_face_gpt2_runs_under_patch_sdpa(monkeypatch) -> None:
     assert calls == [(2, 4, 40, 16)] * (2 * config.n_layer)  # every layer, both patched runs
     torch.testing.assert_close(exact, want, atol=1e-4, rtol=0)  # fp32 spec: HF's own logits
     assert (paper - want).abs().max() > 10 * (exact - want).abs().max()  # the bf16 kernel shows
+
+
+def test_patch_sdpa_blocks_exited_out_of_order_leave_no_patch_behind() -> None:
+    q, k, v = (t.bfloat16() for t in qkv())
+    outer, inner = flashprobe.patch_sdpa(spec="paper-code"), flashprobe.patch_sdpa(spec="fa2")
+    outer.__enter__()
+    inner.__enter__()
+    outer.__exit__(None, None, None)  # the outer block first: the inner one stays in force
+    still_inner = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert torch.equal(still_inner, flashprobe.attention(q, k, v, spec="fa2"))
+    inner.__exit__(None, None, None)
+    assert F.scaled_dot_product_attention is TORCH_SDPA
+
+
+def test_a_closed_patch_reached_through_a_foreign_patch_passes_through() -> None:
+    q, k, v = (t.bfloat16() for t in qkv())
+    calls: list[str] = []
+    with flashprobe.patch_sdpa(spec="paper-code"):
+        below = F.scaled_dot_product_attention
+
+        def foreign(*args, **kwargs):  # another library's patch, made inside the block
+            calls.append("foreign")
+            return below(*args, **kwargs)
+
+        F.scaled_dot_product_attention = foreign
+    assert F.scaled_dot_product_attention is foreign  # not ours to undo
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    F.scaled_dot_product_attention = TORCH_SDPA
+    assert calls == ["foreign"]
+    assert torch.equal(out, TORCH_SDPA(q, k, v, is_causal=True))  # the closed block's spec is gone

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from flashprobe.cli import app
+from flashprobe.cli.path_args import folder_path
 from flashprobe.reporting.render import check_format, render
 
 if TYPE_CHECKING:  # imported lazily at run time: `flashprobe --version` stays fast
@@ -57,7 +58,9 @@ def ablate_command(
         "--variant",
         help="Run only this variant (repeatable); its branch source runs too.",
     ),
-    store: Path = typer.Option(Path("runs"), "--store", help="Result store folder."),
+    store: Path = typer.Option(
+        Path("runs"), "--store", help="Result store folder.", parser=folder_path
+    ),
     resume: bool = typer.Option(
         False, "--resume", help="Continue interrupted cells from their latest checkpoint."
     ),

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from flashprobe.cli import app
+from flashprobe.cli.path_args import file_path
 from flashprobe.errors import FlashprobeError
 from flashprobe.probes import benchmark as bench
 from flashprobe.reporting.atomic import check_output_folder, write_text_new
@@ -44,7 +45,7 @@ def bench_command(
         "summation order varies run to run; named <preset>+atomic-dq) or both.",
     ),
     json_path: Path | None = typer.Option(
-        None, "--json", help="Write all timings to this new file."
+        None, "--json", help="Write all timings to this new file.", parser=file_path
     ),
     seed: int = typer.Option(0, help="Seed for the random inputs."),
     repeats: int = typer.Option(

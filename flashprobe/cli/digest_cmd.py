@@ -8,14 +8,15 @@ from pathlib import Path
 import typer
 
 from flashprobe.cli import app
+from flashprobe.cli.path_args import file_path, folder_path
 from flashprobe.cli.plot_options import ForcePlot, PlotFolder, check_new_figures, check_plot_folder
 from flashprobe.errors import FlashprobeError
 
 
 @app.command("digest")
 def digest_command(
-    store: Path = typer.Argument(..., help="Result store folder."),
-    out: Path = typer.Argument(..., help="The digest file to write (JSON)."),
+    store: Path = typer.Argument(..., help="Result store folder.", parser=folder_path),
+    out: Path = typer.Argument(..., help="The digest file to write (JSON).", parser=file_path),
     every: int = typer.Option(10, "--every", help="Keep about one loss record per N steps."),
     suite: str | None = typer.Option(None, "--suite", help="Only this suite of the store."),
     force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
@@ -41,8 +42,10 @@ def digest_command(
 
 @app.command("digest-merge")
 def digest_merge_command(
-    out: Path = typer.Argument(..., help="The merged digest to write (JSON)."),
-    digests: list[Path] = typer.Argument(..., help="Digest files, older first (two or more)."),
+    out: Path = typer.Argument(..., help="The merged digest to write (JSON).", parser=file_path),
+    digests: list[Path] = typer.Argument(
+        ..., help="Digest files, older first (two or more).", parser=file_path
+    ),
     force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
 ) -> None:
     """Merge digests into one, keeping per variant, grid point and seed the run digest-report
@@ -65,7 +68,7 @@ def digest_merge_command(
 
 @app.command("digest-report")
 def digest_report_command(
-    digests: list[Path] = typer.Argument(..., help="Digest files, older first."),
+    digests: list[Path] = typer.Argument(..., help="Digest files, older first.", parser=file_path),
     suite: str | None = typer.Option(None, "--suite", help="Only this suite."),
     horizon: int | None = typer.Option(
         None,

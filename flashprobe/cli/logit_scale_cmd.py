@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from flashprobe.cli import app
+from flashprobe.cli.path_args import file_path
 from flashprobe.cli.plot_options import check_force
 from flashprobe.errors import FlashprobeError
 from flashprobe.reporting.render import check_format, render
@@ -48,6 +49,7 @@ def logit_scale_command(
     plot: Path | None = typer.Option(
         None,
         "--plot",
+        parser=file_path,
         help="Also write a figure of O and dQ error against the logit (.png); refused when the "
         "file exists, unless --force.",
     ),

@@ -10,12 +10,14 @@ from typing import Annotated
 
 import typer
 
+from flashprobe.cli.path_args import folder_path
 from flashprobe.errors import FlashprobeError
 
 PlotFolder = Annotated[
     Path | None,
     typer.Option(
         "--plot",
+        parser=folder_path,
         help="Write PNG figures into this folder (<suite>_<figure>.png). Refused before any "
         "is written when a figure of the same name is already there, unless --force.",
     ),

@@ -7,12 +7,15 @@ from pathlib import Path
 import typer
 
 from flashprobe.cli import app
+from flashprobe.cli.path_args import folder_path
 from flashprobe.reporting.render import check_format, render
 
 
 @app.command("replay")
 def replay_command(
-    store: Path = typer.Argument(Path("runs"), help="Result store folder (default: runs)."),
+    store: Path = typer.Argument(
+        Path("runs"), help="Result store folder (default: runs).", parser=folder_path
+    ),
     suite: str | None = typer.Option(None, "--suite", help="Only this suite (default: all)."),
     variant: list[str] = typer.Option(
         [], "--variant", help="Replay only these variants (repeatable; default: all)."

@@ -9,13 +9,16 @@ from pathlib import Path
 import typer
 
 from flashprobe.cli import app
+from flashprobe.cli.path_args import folder_path
 from flashprobe.cli.plot_options import ForcePlot, PlotFolder, check_new_figures, check_plot_folder
 from flashprobe.errors import FlashprobeError
 
 
 @app.command("report")
 def report_command(
-    store: Path = typer.Argument(Path("runs"), help="Result store folder (default: runs)."),
+    store: Path = typer.Argument(
+        Path("runs"), help="Result store folder (default: runs).", parser=folder_path
+    ),
     suite: str | None = typer.Option(None, "--suite", help="Only this suite of the store."),
     fmt: str = typer.Option("table", "--format", help="table, markdown, csv or json."),
     table: str | None = typer.Option(

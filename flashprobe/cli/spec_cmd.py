@@ -12,6 +12,7 @@ import yaml
 from tabulate import tabulate
 
 from flashprobe.cli import app
+from flashprobe.cli.path_args import file_path
 from flashprobe.errors import FlashprobeError
 from flashprobe.spec import (
     FIELD_DOCS,
@@ -39,7 +40,10 @@ def spec_command(
         [], "--set", help="Override a field: --set beta=4 (repeatable)."
     ),
     config: Path | None = typer.Option(
-        None, "--config", help="YAML file with spec fields (or a kernel: mapping)."
+        None,
+        "--config",
+        help="YAML file with spec fields (or a kernel: mapping).",
+        parser=file_path,
     ),
     fmt: str = typer.Option("table", "--format", help="table, json or yaml."),
     presets: bool = typer.Option(

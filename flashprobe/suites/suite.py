@@ -349,9 +349,15 @@ def _suite_name(value: Any, default: str) -> str:
             return check_name(default, "suite name")
         except FlashprobeError as exc:
             raise FlashprobeError(f"{exc} (taken from the file name; set `name:`)") from None
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)
-    return check_name(value, "suite name")
+    return check_name(_not_a_number(value, "suite name"), "suite name")
+
+
+def _not_a_number(name: Any, what: str) -> Any:
+    """Refuse a name YAML read as a number: it has already rewritten it (`0x10` is 16, `1_000`
+    is 1000, `1e3` is 1000.0), so its folder would not carry the name as typed."""
+    if isinstance(name, int | float) and not isinstance(name, bool):
+        raise FlashprobeError(f"{what} {name!r} is a number in YAML; quote it ('{name}')")
+    return name
 
 
 def _variants(value: Any) -> dict[str, Any]:
@@ -362,9 +368,7 @@ def _variants(value: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     folded: dict[str, str] = {}
     for key, delta in value.items():
-        if isinstance(key, int) and not isinstance(key, bool):
-            key = str(key)
-        name = check_name(key, "variant name")
+        name = check_name(_not_a_number(key, "variant name"), "variant name")
         other = folded.setdefault(name.casefold(), name)
         if name in out or other != name:
             raise FlashprobeError(

@@ -230,7 +230,9 @@ def test_inherit_errors(tmp_path, text: str, needle: str) -> None:
         ({"variants": {".hidden": {}}}, "variant name"),
         ({"variants": {None: {}}}, "variant name must be a string"),
         ({"variants": {"fa2": {}, "FA2": {}}}, "would share a folder"),
-        ({"variants": {1: {}, "1": {}}}, "would share a folder"),
+        ({"variants": {"fa2": {}, 16: {}}}, "variant name 16 is a number in YAML; quote it"),
+        ({"name": 16}, "suite name 16 is a number in YAML; quote it"),
+        ({"name": 1000.0}, "suite name 1000.0 is a number in YAML"),
     ],
 )
 def test_names_are_checked_and_never_collide(changes: dict, message: str | None) -> None:
@@ -306,3 +308,13 @@ def test_a_description_must_be_text(description) -> None:
     with pytest.raises(FlashprobeError, match="description must be a string"):
         expand_suite({**RAW, "description": description})
     assert expand_suite({**RAW, "description": None}).description == ""
+
+
+@pytest.mark.parametrize("typed", ["0x10", "1_000", "007", "123"])
+def test_a_name_yaml_reads_as_a_number_must_be_quoted(tmp_path, typed: str) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: {typed}\nbase: {{train: {{steps: 2}}}}\n")
+    with pytest.raises(FlashprobeError, match="is a number in YAML; quote it"):
+        load_suite(path)
+    path.write_text(f"name: '{typed}'\nbase: {{train: {{steps: 2}}}}\n")
+    assert load_suite(path).name == typed
