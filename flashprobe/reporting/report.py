@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from flashprobe.attribution.failure import FailureRule, counted, failure_steps
+from flashprobe.attribution.loss_rise import held_loss_rise, held_records
 from flashprobe.attribution.pooling import pooled_splits
 from flashprobe.attribution.ranking import METHOD, Roles, outcomes, rank, resolve_roles
 from flashprobe.attribution.replay_summary import hot_spots, summarise
@@ -168,7 +169,7 @@ def build_suite_report(
     return SuiteReport(
         suite=name,
         roles=roles,
-        summary=_summary_rows(cells, runaways),
+        summary=_summary_rows(cells, runaways, rule.horizon),
         ranking=ranking,
         metrics=metrics,
         hotspots=spots[:top],
@@ -183,11 +184,14 @@ def build_suite_report(
 
 # -- gathering ------------------------------------------------------------------------------
 def _summary_rows(
-    cells: Sequence[sr.CellView], runaways: Mapping[Path, GradientRunaway]
+    cells: Sequence[sr.CellView],
+    runaways: Mapping[Path, GradientRunaway],
+    horizon: int | None = None,
 ) -> list[dict[str, Any]]:
     """One row a variant. `runaways`: the runs the loss rule let pass whose gradient norm ran
-    away, shown beside its `diverged` count (a slow blow-up short of the rule still shows in
-    one row, whatever the ranking's failure rule)."""
+    away, shown beside its `diverged` count, and each finished run's held loss rise
+    (attribution.loss_rise): a slow blow-up short of the rule still shows in one row,
+    whatever the ranking's failure rule."""
     rows = []
     for variant in dict.fromkeys(c.variant for c in cells):
         mine = [c for c in cells if c.variant == variant]
@@ -199,6 +203,7 @@ def _summary_rows(
         minima = [c.summary.get("min_loss") for c in done]  # type: ignore[union-attr]
         minima = [x for x in minima if isinstance(x, int | float) and math.isfinite(x)]
         ran_away = [str(runaways[c.path].step) for c in mine if c.path in runaways]
+        rises = [_loss_rise(c, horizon) for c in done]
         logits, leaks = _attention_maxima(mine)
         rows.append(
             {
@@ -212,11 +217,21 @@ def _summary_rows(
                 "final_loss": sum(losses) / len(losses) if losses else None,
                 "min_loss": sum(minima) / len(minima) if minima else None,
                 "ran_away": ",".join(ran_away) or None,
+                "loss_rise": ",".join("-" if r is None else f"{r:.2f}" for r in rises) or None,
                 "peak_logit": max(logits, default=None),
                 "median_leak": statistics.median(leaks) if leaks else None,
             }
         )
     return rows
+
+
+def _loss_rise(cell: sr.CellView, horizon: int | None) -> float | None:
+    """The run's loss rise above its running minimum, held as long as its loss rule's patience
+    (by `horizon` steps, if given)."""
+    min_step, in_a_row = held_records(cell.config)
+    records = ((r["step"], r.get("loss")) for r in sr.read_metrics(cell))
+    last = None if horizon is None else horizon - 1
+    return held_loss_rise(records, min_step=min_step, in_a_row=in_a_row, last_step=last)
 
 
 def _attention_maxima(cells: Sequence[sr.CellView]) -> tuple[list[float], list[float]]:

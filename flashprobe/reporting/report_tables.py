@@ -58,9 +58,14 @@ POOLED_METHOD = (
 _WRAPPED = {"component", "verdict", "variants", "same_split", "switch"}  # text columns that wrap
 _HOT_COLS = ["layer", "head", "delta_mean", "delta_t", "delta_cumsum", "delta_coherence",
              "wq_coherence", "o_mean", "tie_events_per_row", "p_bar_ones_per_row"]  # fmt: skip
+SUMMARY_NOTE = (
+    "loss rise (held): per finished seed, how far its loss stood above its running minimum "
+    "for as long as its loss rule's patience, from the rule's min_step, on the logged records "
+    "(a rise_margin rule fires at its margin); it changes no count."
+)
 _SUMMARY_COLS = ["variant", "cells", "finished", "seeds", "diverged", "steps_done",
-                 "diverged_steps", "ran_away", "final_loss", "min_loss", "peak_logit",
-                 "median_leak"]  # fmt: skip
+                 "diverged_steps", "ran_away", "loss_rise", "final_loss", "min_loss",
+                 "peak_logit", "median_leak"]  # fmt: skip
 _CSV = {
     "summary": _SUMMARY_COLS,
     "pooled": ["switch", "value", "same_split", "variants", "failed", "seeds", "rest_failed",
@@ -81,7 +86,8 @@ _HEADERS = {
     "tie_events_per_row": "ties/row", "p_bar_ones_per_row": "P̄=1/row", "delta_mean": "δ mean",
     "delta_t": "t δ", "delta_cumsum": "Σ δ err", "o_mean": "O mean", "steps_done": "steps",
     "diverged_steps": "diverged at", "final_loss": "final loss", "min_loss": "min loss",
-    "ran_away": "grad runaway at", "key_shift_leak": "K-shift leak",
+    "ran_away": "grad runaway at", "loss_rise": "loss rise (held)",
+    "key_shift_leak": "K-shift leak",
     "key_shift_drift": "K-shift drift", "peak_logit": "peak logit",
     "median_leak": "K-shift leak (median)", "softmax_sum_bias": "ΣP−1",
     "same_split": "same split as", "rest": "other variants", "adjusted_p": "p adj.",
@@ -116,6 +122,8 @@ def _render_text(r: SuiteReport, *, markdown: bool, width: int | None) -> str:
         "",
         heading("Summary"),
         table(r.summary, _SUMMARY_COLS),
+        "",
+        fill(SUMMARY_NOTE, width),
         "",
         heading("Ranking"),
         table(r.ranking, _RANK_COLS, keep=2),

@@ -200,3 +200,22 @@ def test_an_empty_summary_is_a_store_check_and_an_empty_replay_an_error(replayed
     source.replay_path.write_text("{}")
     with pytest.raises(FlashprobeError, match=f"corrupt replay results: {source.replay_path}: no"):
         build_reports(replayed)
+
+
+def test_the_summary_gives_each_finished_runs_held_loss_rise(tmp_path: Path) -> None:
+    """The loss rule's quantity as a number: how far the loss stood above its minimum for the
+    rule's patience (one logged record here: the cells' defaults), from its min_step."""
+    root = failure_fixtures.make_store(tmp_path, 30)
+    curves = {"paper-code": [2.0, 1.0, 1.4, 1.2], "fa2": [1.0, 1.1]}  # fa2: branched at 20
+    for cell in sr.read_cells(root):
+        losses = curves.get(cell.variant, [1.0])
+        start = 0 if cell.variant == "paper-code" else 20
+        rows = [{"step": start + 10 * i, "loss": x} for i, x in enumerate(losses)]
+        (cell.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (report,) = build_reports(root)
+    by = {row["variant"]: row["loss_rise"] for row in report.summary}
+    assert by == {"paper-code": "0.40", "fa2": "0.10", "acc-fp32": None}  # acc-fp32: cut
+    (at_25,) = build_reports(root, horizon=25)  # steps 0-24: paper-code's 1.4 at 20 counts
+    assert {row["variant"]: row["loss_rise"] for row in at_25.summary}["paper-code"] == "0.40"
+    (at_15,) = build_reports(root, horizon=15)
+    assert {row["variant"]: row["loss_rise"] for row in at_15.summary}["paper-code"] == "0.00"

@@ -35,6 +35,7 @@ from functools import cached_property
 from typing import Any
 
 from flashprobe.attribution.failure import FailureRule
+from flashprobe.attribution.loss_rise import held_loss_rise, held_records
 from flashprobe.attribution.ranking import fisher_exact
 from flashprobe.attribution.runaway import GradientRunaway, gradient_runaway
 from flashprobe.reporting.digest.pooling import one_run_per_seed
@@ -72,6 +73,15 @@ class SeedOutcome:
         last = self.step if self.horizon is None else min(self.step, self.horizon - 1)
         return gradient_runaway(((s, g) for s, _, g in self.cell.loss), last)
 
+    @cached_property
+    def loss_rise(self) -> float | None:
+        """How far the loss stood above its running minimum for its loss rule's patience
+        (attribution.loss_rise), within the horizon's steps, if any."""
+        min_step, in_a_row = held_records(self.cell.config)
+        last = None if self.horizon is None else self.horizon - 1
+        records = ((s, loss) for s, loss, _ in self.cell.loss)
+        return held_loss_rise(records, min_step=min_step, in_a_row=in_a_row, last_step=last)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "seed": self.seed,
@@ -80,6 +90,7 @@ class SeedOutcome:
             "steps_reached_exact": self.cell.reached_is_exact,
             "why": self.why or None,
             "gradient_runaway": runaway.to_dict() if (runaway := self.runaway) else None,
+            "loss_rise": self.loss_rise,
             "cell": self.cell.name,
             "digest": self.cell.describe_source(),
         }

@@ -26,7 +26,7 @@ FORMATS = ("markdown", "text", "json")
 ORDER_SHOWN = 5  # layers of the rise order in the tables (all in JSON)
 SUPERSEDED_SHOWN = 10
 OUTCOME_COLS = ["variant", "seeds", "n", "diverged", "median divergence step",
-                "steps per seed"]  # fmt: skip
+                "steps per seed", "loss rise (held)"]  # fmt: skip
 OUTCOME_LEGEND = (
     "n: seeds with an outcome. diverged: k/n. median divergence step: of the diverged seeds "
     "(0-based). steps per seed: its divergence step, or the steps it trained without "
@@ -34,7 +34,9 @@ OUTCOME_LEGEND = (
     "(≥: it may have trained past its last log or checkpoint), counted neither way. gradient "
     "runaway from S: its gradient norm reached 100× its earlier median at step S, before the "
     "rule fired or without it firing (the notes give the numbers of the latter; it changes no "
-    "outcome)."
+    "outcome). loss rise (held): how far each seed's loss stood above its running minimum for "
+    "as long as its loss rule's patience, from the rule's min_step (a rise_margin rule fires at "
+    "its margin; it changes no outcome)."
 )
 CONTROL_COLS = ["variant", "seeds", "bound (steps)", "verdict", "why"]
 #: With more replayed variants than this, the per layer and step δ table shows the run's own
@@ -179,10 +181,15 @@ def _outcome_rows(r: DigestSuiteReport) -> list[list[Any]]:
                 f"{len(o.diverged)}/{o.n}",
                 step_text(o.median_step),
                 "; ".join(f"{s.seed}: {s.label}" for s in o.seeds),
+                "; ".join(f"{s.seed}: {_rise_text(s.loss_rise)}" for s in o.seeds),
                 o.fisher_p,
             ]
         )
     return rows
+
+
+def _rise_text(rise: float | None) -> str:
+    return "-" if rise is None else f"{rise:.2f}"
 
 
 def _control_intro(r: DigestSuiteReport) -> str:

@@ -216,3 +216,19 @@ def test_the_outcome_rows_label_a_half_step_median_as_such() -> None:
     assert step_text(2178.5, ",") == "2,178.5"
     assert step_text(1659, ",") == "1,659"
     assert step_text(1659.0, ",") == "1,659"
+
+
+def test_each_seed_carries_its_held_loss_rise(tmp_path: Path, make) -> None:
+    """From the rule's min_step, held for its patience in logged records (ceil(25 / 10) = 3)."""
+    loss = [[s, x, 0.3] for s, x in [(0, 3.0), (10, 1.0), (20, 1.6), (30, 1.5), (40, 1.9),
+                                     (50, 1.2), (60, 1.0)]]  # fmt: skip
+    (raw,) = [make.cell("a", 0, planned=70, loss=loss, min_step=10)]
+    raw["config"]["divergence"]["patience"] = 25
+    raw["config"]["metrics"] = {"log_every": 10}
+    (cell,) = _cells(tmp_path, make, [raw])
+    assert seed_outcome(cell).loss_rise == pytest.approx(0.5)  # 1.6, 1.5, 1.9 over 1.0
+    assert seed_outcome(cell).to_dict()["loss_rise"] == pytest.approx(0.5)
+    assert seed_outcome(cell, horizon=40).loss_rise == pytest.approx(0.0)  # 1.0 .. 1.5
+    raw["config"]["divergence"]["patience"] = 1
+    (cell,) = _cells(tmp_path, make, [raw])
+    assert seed_outcome(cell).loss_rise == pytest.approx(0.9)
