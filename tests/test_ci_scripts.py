@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,24 @@ def test_gpu_smoke_exits_non_zero_without_a_gpu() -> None:
     )
     assert result.returncode != 0
     assert "no CUDA GPU is visible" in result.stderr
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("xdist") is not None, reason="checks the path without pytest-xdist"
+)
+def test_gpu_smoke_asks_for_xdist_when_told_to_run_tests_in_parallel() -> None:
+    """PYTEST_WORKERS passes -n to pytest, which only pytest-xdist knows: say so first."""
+    result = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "gpu-smoke")],
+        capture_output=True,
+        text=True,
+        env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin", "PYTEST_WORKERS": "2"},
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert result.stderr.strip() == (
+        "gpu-smoke: PYTEST_WORKERS needs pytest-xdist (pip install pytest-xdist), or leave it unset"
+    )
 
 
 def test_gpu_smoke_suite_is_valid() -> None:

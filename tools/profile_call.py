@@ -11,7 +11,6 @@ read back as the trainer does) instead, synchronising after each.
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import pstats
 import sys
@@ -19,9 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from flashprobe.errors import OneLineParser
+
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = OneLineParser(prog="profile_call.py", description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=60)  # ~8 launches each: under the queue depth
     parser.add_argument("--spec", default="fa2")
     parser.add_argument("--stats", action="store_true", help="return_stats=True")
@@ -31,6 +32,8 @@ def main() -> None:
 
     import torch
 
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU (it profiles the host side of GPU launches)")
     import flashprobe
     from flashprobe.kernels import launch
 

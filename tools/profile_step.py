@@ -15,7 +15,6 @@ with ablations/smoke.yaml) it ranks CPU ops by their own time instead.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -24,6 +23,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from flashprobe.errors import OneLineParser  # noqa: E402
 
 FAMILIES = (  # (family, substrings of kernel names), first match wins
     ("attention (flashprobe Triton)", ("attn_fwd_kernel", "attn_bwd")),  # kernels/*.py
@@ -40,7 +41,7 @@ def family(name: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = OneLineParser(prog="profile_step.py", description=__doc__.split("\n")[0])
     parser.add_argument("suite", type=Path)
     parser.add_argument("--variant", required=True)
     parser.add_argument("--out", type=Path, required=True)
@@ -48,21 +49,29 @@ def main() -> None:
     parser.add_argument("--active", type=int, default=10)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
 
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule
 
+    from flashprobe.errors import FlashprobeError
     from flashprobe.suites.cell_config import normalise_cell_config, resolve_cell_config
     from flashprobe.suites.suite import load_suite
     from flashprobe.train import train_run
 
     overrides = [f"train.steps={args.steps}", "train.checkpoint_final=false", "capture.steps=[]",
                  *args.overrides]  # fmt: skip
-    suite = load_suite(args.suite, overrides, normalise_cell_config)
-    cell = next(c for c in suite.cells if c.variant == args.variant)
+    try:
+        suite = load_suite(args.suite, overrides, normalise_cell_config)
+    except FlashprobeError as exc:
+        parser.error(str(exc))
+    cell = next((c for c in suite.cells if c.variant == args.variant), None)
+    if cell is None:
+        parser.error(f"no variant {args.variant!r} in {args.suite}")
     config = resolve_cell_config(cell.config).train
     cuda = torch.cuda.is_available()
+    if config.train.device == "cuda" and not cuda:
+        parser.error(f"{args.suite} trains on cuda and this machine has no CUDA GPU")
+    args.out.mkdir(parents=True, exist_ok=True)
     wait = max(0, args.steps - args.active - 2)
     marks: list[float] = []
     with profile(
