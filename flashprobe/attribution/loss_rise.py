@@ -19,18 +19,19 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from flashprobe.train.config import DivergenceConfig, MetricsConfig
+
 
 def held_records(config: Mapping[str, Any] | None) -> tuple[int, int]:
     """(min_step, records in a row) of a cell config's loss rule as its logged records read it
-    (defaults: from step 0, one record, where the config says nothing)."""
+    (the config classes' defaults where the config says nothing)."""
     config = config or {}
     divergence = config.get("divergence") or {}
     metrics = config.get("metrics") or {}
-    patience = _positive_int(divergence.get("patience"), 1)
-    log_every = _positive_int(metrics.get("log_every"), 1)
-    min_step = divergence.get("min_step")
-    min_step = min_step if isinstance(min_step, int) and not isinstance(min_step, bool) else 0
-    return max(0, min_step), max(1, math.ceil(patience / log_every))
+    patience = _positive_int(divergence.get("patience"), DivergenceConfig.patience)
+    log_every = _positive_int(metrics.get("log_every"), MetricsConfig.log_every)
+    min_step = _positive_int(divergence.get("min_step"), DivergenceConfig.min_step)
+    return min_step, max(1, math.ceil(patience / log_every))
 
 
 def held_loss_rise(
@@ -66,4 +67,4 @@ def held_loss_rise(
 
 def _positive_int(value: Any, default: int) -> int:
     ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
-    return value if ok else default
+    return value if ok else default  # min_step 0 is its default too

@@ -23,6 +23,7 @@ COLUMNS = [
     "step",
     "final_loss",
     "min_loss",
+    "loss_rise",
     "grad_runaway",
     "final_val_loss",
     "tokens_per_s",
@@ -31,6 +32,7 @@ COLUMNS = [
 HEADERS = {
     "final_loss": "final loss",
     "min_loss": "min loss",
+    "loss_rise": "loss rise",
     "grad_runaway": "grad runaway",
     "final_val_loss": "val loss",
     "tokens_per_s": "tok/s",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from flashprobe.attribution.loss_rise import held_loss_rise, held_records
 from flashprobe.attribution.runaway import gradient_runaway
 from flashprobe.runner.plan import PlannedCell
 from flashprobe.runner.training import CellOutcome
@@ -35,6 +36,8 @@ def plan_row(planned: PlannedCell) -> dict[str, Any]:
 def outcome_row(outcome: CellOutcome) -> dict[str, Any]:
     planned, summary = outcome.planned, outcome.summary or {}
     diverged = summary.get("diverged")
+    records, _ = scan_metrics(planned.path / RUN_DIR / METRICS_FILE)
+    min_step, in_a_row = held_records(planned.cell.config)
     return {
         "variant": planned.cell.variant,
         "point": _point(planned),
@@ -44,17 +47,19 @@ def outcome_row(outcome: CellOutcome) -> dict[str, Any]:
         "step": summary.get("diverged_step") if diverged else summary.get("steps_done"),
         "final_loss": summary.get("final_loss"),
         "min_loss": summary.get("min_loss"),
-        "grad_runaway": None if diverged else _runaway_step(planned),
+        "loss_rise": held_loss_rise(
+            ((r["step"], r.get("loss")) for r in records), min_step=min_step, in_a_row=in_a_row
+        ),
+        "grad_runaway": None if diverged else _runaway_step(records),
         "final_val_loss": summary.get("final_val_loss"),
         "tokens_per_s": _rounded(summary.get("tokens_per_s")),
         "cell": planned.path.name,
     }
 
 
-def _runaway_step(planned: PlannedCell) -> int | None:
+def _runaway_step(records: list[dict[str, Any]]) -> int | None:
     """The step where a run the loss rule let pass ran away in its gradient norm
     (attribution.runaway), from its logged metrics: a slow blow-up shows in the table too."""
-    records, _ = scan_metrics(planned.path / RUN_DIR / METRICS_FILE)
     found = gradient_runaway((r["step"], r.get("grad_norm")) for r in records)
     return None if found is None else found.step
 

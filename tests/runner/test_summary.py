@@ -76,3 +76,18 @@ def test_an_outcome_row_names_a_gradient_runaway_the_loss_rule_let_pass(
                                for i, g in enumerate(norms)))  # fmt: skip
     row = outcome_row(finished)
     assert (row["diverged"], row["grad_runaway"]) == (False, 120)
+
+
+def test_an_outcome_row_gives_the_held_loss_rise(tmp_path, make_suite) -> None:
+    raw = make_suite()
+    raw["variants"] = {"fa2": {}}
+    raw["base"]["divergence"] = {"rise_margin": 5.0, "patience": 20, "min_step": 20}
+    raw["base"]["metrics"] = {"log_every": 10}
+    store = ResultStore(tmp_path)
+    (finished,) = run_plan(plan_suite(suite_of(raw), store, version="test"), store,
+                           version="test")  # fmt: skip
+    metrics = finished.planned.path / "run" / "metrics.jsonl"
+    losses = [3.0, 1.0, 1.3, 1.6, 1.5, 1.1]  # from step 20, 2 records in a row: 1.6, 1.5 hold 0.5
+    metrics.write_text("".join(json.dumps({"step": 10 * i, "loss": x}) + "\n"
+                               for i, x in enumerate(losses)))  # fmt: skip
+    assert outcome_row(finished)["loss_rise"] == pytest.approx(0.5)
