@@ -8,6 +8,7 @@ import sys
 import typer
 
 from flashprobe import __version__
+from flashprobe.cli import signals
 from flashprobe.errors import FlashprobeError, RunStopped
 
 app = typer.Typer(
@@ -52,9 +53,19 @@ def error(message: str) -> None:
     raise SystemExit(2)
 
 
+def interrupted() -> None:
+    """Print that the command was interrupted and exit with the signal's code (130, 143)."""
+    typer.echo("flashprobe: interrupted", err=True)
+    raise SystemExit(signals.interrupt_exit_code())
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: bad input becomes one line on stderr and exit code 2."""
-    _register_commands()
+    with signals.holding_interrupts() as arrived:
+        _register_commands()
+    if arrived:
+        interrupted()
+    signals.terminate_as_interrupt()
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
         argv = ["--help"]
@@ -64,10 +75,10 @@ def main(argv: list[str] | None = None) -> None:
         error(str(exc))
     except RunStopped as exc:
         typer.echo(f"flashprobe: {exc}", err=True)
-        raise SystemExit(exc.exit_code) from None
+        code = signals.interrupt_exit_code() if exc.exit_code == 130 else exc.exit_code
+        raise SystemExit(code) from None
     except KeyboardInterrupt:
-        typer.echo("flashprobe: interrupted", err=True)
-        raise SystemExit(130) from None
+        interrupted()
     except IsADirectoryError as exc:  # a folder where a file is read or written: bad input
         # os.replace(tmp, path) names the temporary file first and the folder second
         path = exc.filename2 or exc.filename
@@ -86,4 +97,6 @@ def main(argv: list[str] | None = None) -> None:
         if hasattr(exc, "format_message"):  # usage errors: bad option, missing argument
             error(exc.format_message().splitlines()[0])
         raise
+    if result == 130:  # typer returns Exit(130) for a Ctrl-C in a command; no command does
+        interrupted()
     sys.exit(result if isinstance(result, int) else 0)

@@ -10,11 +10,11 @@ and written suite.json; it then starts N children, child k being
 (runner.shards.select_shard: whole (grid point, seed) groups when the suite branches, so
 a branched cell runs after its source in the same child; single cells when it does not). They
 share the store (one folder per cell, atomic writes); child k's stdout and stderr go to
-STORE/<suite>/logs/shard-k-of-N.log. A shard with nothing to train is not started. Each child
-gets 1/N of the CPU cores (OMP_NUM_THREADS, unless set) for what it runs besides training: a
-cell trains with its own train.cpu_threads however it is run, so --jobs changes no number. On
-Ctrl-C the children are stopped (see `stop`): their unfinished cells stay resumable with
---resume.
+STORE/<suite>/logs/shard-k-of-N.log (appended to, each start under a dated line). A shard with
+nothing to train is not started. Each child gets 1/N of the CPU cores (OMP_NUM_THREADS, unless
+set) for what it runs besides training: a cell trains with its own train.cpu_threads however
+it is run, so --jobs changes no number. On Ctrl-C the children are stopped (see `stop`): their
+unfinished cells stay resumable with --resume.
 
 On a machine with several CUDA GPUs the children are spread over them (`spread_over_gpus`:
 child k of those with cells to train sees GPU k mod G alone, through CUDA_VISIBLE_DEVICES), so
@@ -255,8 +255,10 @@ def _start(shard: Shard) -> subprocess.Popen[bytes]:
         shard.log.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
         raise FlashprobeError(f"shard logs folder {shard.log.parent} is not a folder") from None
-    with shard.log.open("wb") as log:  # a rerun of the same shard replaces its log
-        log.write(f"$ {shlex.join(shard.command)}\n".encode())
+    # appended to: a rerun must not lose the log an earlier failure's message pointed to
+    with shard.log.open("ab") as log:
+        started = time.strftime("%Y-%m-%d %H:%M:%S %z")
+        log.write(f"== {started}\n$ {shlex.join(shard.command)}\n".encode())
         log.flush()
         return subprocess.Popen(
             shard.command,

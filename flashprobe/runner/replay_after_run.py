@@ -48,7 +48,9 @@ def replay_finished(
     """Replay the cells this run finished (done or cached) with the suite's replay settings.
 
     Failed or not-run cells are left out; variants with no finished cell are dropped from
-    replay.variants, and a run whose baseline finished no cell replays nothing ("skipped").
+    replay.variants, and a run whose baseline finished no cell replays nothing ("skipped"), as
+    does a run that found cells busy in another process (the suite's replay would leave them
+    out; a rerun once they are done replays them all).
     A replay error is returned as "failed" (the store keeps every training result).
     """
     from flashprobe.attribution.replay import replay_cells
@@ -57,6 +59,13 @@ def replay_finished(
     settings = settings if settings is not None else replay_settings(suite)
     if settings is None:
         return SuiteReplay("skipped", "the suite has no replay: section")
+    elsewhere = [o.planned.cell.name for o in outcomes if o.busy]
+    if elsewhere:  # its replay would leave out what the other process trains
+        return SuiteReplay(
+            "skipped",
+            f"{len(elsewhere)} cells were being trained by another process ({elsewhere[0]} "
+            "first): rerun this command once it is done to replay the whole suite",
+        )
     finished = {o.planned.path.resolve() for o in outcomes if o.status in ("done", "cached")}
     if not finished:
         return SuiteReplay("skipped", "no cell finished")

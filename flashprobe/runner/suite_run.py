@@ -214,9 +214,16 @@ def run_suite(
         outcomes = trained_as_done(outcomes, trained)
         replay = None
         if planned.replay is not None:
-            replay = replay_finished(
-                store, suite, outcomes, settings=planned.replay, progress=local.replay_progress
-            )
+            try:
+                replay = replay_finished(
+                    store, suite, outcomes, settings=planned.replay, progress=local.replay_progress
+                )
+            except KeyboardInterrupt:
+                raise RunStopped(
+                    "interrupted during the replay; the trained cells are kept: rerun the same "
+                    "command to replay them",
+                    130,
+                ) from None
     return SuiteRun(suite.name, store, version, outcomes, replay)
 
 

@@ -36,6 +36,7 @@ class CellOutcome:
     status: Status
     summary: Mapping[str, Any] | None = None
     message: str | None = None  # why a cell failed or did not run
+    busy: bool = False  # not run: another process was writing it (its lock held)
 
 
 class SuiteEvents:
@@ -150,7 +151,7 @@ def _single_writer(planned: PlannedCell, dist: Any) -> Iterator[CellOutcome | No
             try:
                 held.enter_context(cell_lock(planned.path))
             except CellBusy as exc:
-                refused = CellOutcome(planned, "not_run", message=f"busy: {exc}")
+                refused = CellOutcome(planned, "not_run", message=f"busy: {exc}", busy=True)
             else:
                 refused = _changed_since_planned(planned)
         if dist.world_size > 1:  # every rank must skip the cell, or none

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save
 
 from flashprobe.reporting.atomic import write_bytes_atomic, write_text_atomic
+from flashprobe.store.safetensors_bytes import save_bytes
 from flashprobe.suites.cell_config import CaptureConfig
 from flashprobe.train.config import TrainConfig
 
@@ -93,7 +93,7 @@ class CaptureWriter:
             "sequences": str(keep),
             "sequences_in_micro_batch": str(total),
         }
-        return save(trimmed, metadata=metadata)
+        return save_bytes(trimmed, metadata)
 
     def _manifest(self) -> dict[str, Any]:
         path = self.folder / MANIFEST

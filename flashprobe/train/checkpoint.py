@@ -68,6 +68,7 @@ def save_checkpoint(
     """Write checkpoint `step` of a run; returns its folder."""
     root = run_dir / CHECKPOINT_DIR
     root.mkdir(parents=True, exist_ok=True)
+    _remove_abandoned(root)
     final = root / checkpoint_name(step)
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}.", suffix=".tmp"))
     try:
@@ -266,6 +267,14 @@ def _join_optimizer_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]
         for group in meta["param_groups"]
     ]
     return {"state": state, "param_groups": groups}
+
+
+def _remove_abandoned(root: Path) -> None:
+    """Remove the temporary folders of checkpoint writes a killed process left (SIGKILL, a lost
+    machine: each as large as a checkpoint). Only the run's writer calls this, and a cell has
+    one writer at a time (runner.cell_lock), so none of them is being written."""
+    for abandoned in root.glob(".step_*.tmp"):
+        shutil.rmtree(abandoned, ignore_errors=True)
 
 
 def _prune(root: Path, keep: int) -> None:

@@ -95,10 +95,12 @@ def test_run_shards_waits_for_all_and_logs_each(tmp_path) -> None:
     assert lines[4].startswith("shard 0/2: done (exit 0) after 0:0")
     assert lines[4].endswith(f"; log {tmp_path / 'tiny' / 'logs' / 'shard-0-of-2.log'}")
     log = (tmp_path / "tiny" / "logs" / "shard-1-of-2.log").read_text().splitlines()
-    assert log[0].startswith("$ ") and log[0].endswith("sys.exit(3)'") and log[1] == "one"
+    assert log[0].startswith("== 20") and log[1].startswith("$ ")
+    assert log[1].endswith("sys.exit(3)'") and log[2] == "one"
     assert not (tmp_path / "tiny" / "logs" / "shard-2-of-3.log").exists()
-    run_shards(shards[:1], say=lines.append, poll_s=0.05)  # a rerun replaces the shard's log
-    assert (tmp_path / "tiny" / "logs" / "shard-0-of-2.log").read_text().count("\nzero\n") == 1
+    run_shards(shards[:1], say=lines.append, poll_s=0.05)  # a rerun appends to the shard's log
+    again = (tmp_path / "tiny" / "logs" / "shard-0-of-2.log").read_text()
+    assert again.count("\nzero\n") == 2 and again.count("\n$ ") == 2
 
 
 @pytest.mark.parametrize("ignores_sigint", [False, True])

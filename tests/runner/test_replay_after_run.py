@@ -47,3 +47,27 @@ def test_replay_after_the_run_uses_what_finished(tmp_path, make_suite) -> None:
     skipped = replay_finished(store, suite, only_sfa)
     assert skipped.status == "skipped" and "baseline fa2 finished no cell" in skipped.message
     assert replay_finished(store, suite_of(make_suite()), outcomes).status == "skipped"
+
+
+def test_a_run_that_found_cells_busy_elsewhere_leaves_the_replay_to_a_rerun(
+    tmp_path, make_suite
+) -> None:
+    """Its replay would leave out the cells another process trains (and write a suite replay
+    that names only some sources): skipped, saying why; the rerun replays them all."""
+    import dataclasses
+
+    raw = make_suite(
+        base={"capture": {"layers": [1], "steps": [5], "max_bytes": 100_000}},
+        replay={"baseline": "fa2"},
+    )
+    store = ResultStore(tmp_path)
+    suite = suite_of(raw)
+    outcomes = run_plan(plan_suite(suite, store, version="test"), store, version="test")
+    busy = [dataclasses.replace(outcomes[0], status="not_run", busy=True,
+                                message="busy: another process"), *outcomes[1:]]  # fmt: skip
+    skipped = replay_finished(store, suite, busy)
+    assert skipped.status == "skipped"
+    assert skipped.message.startswith(f"1 cells were being trained by another process "
+                                       f"({outcomes[0].planned.cell.name} first)")  # fmt: skip
+    assert not (tmp_path / "tiny" / "replay.json").exists()
+    assert replay_finished(store, suite, outcomes).status == "replayed"

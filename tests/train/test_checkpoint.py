@@ -118,3 +118,23 @@ def test_a_latest_pointer_that_is_a_folder_is_none(run) -> None:
     (run / "checkpoints" / "latest").mkdir()
     assert latest_checkpoint(run) is None
     assert resume_point(run).step == 12
+
+
+def test_a_killed_writes_temporary_folder_goes_at_the_next_checkpoint(tmp_path) -> None:
+    """SIGKILL during a checkpoint write leaves `.step_N.<random>.tmp` (as large as a
+    checkpoint); the run's next write removes it, and nothing reads it meanwhile."""
+    import torch
+
+    from flashprobe.train.checkpoint import latest_checkpoint, save_checkpoint
+
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    root = tmp_path / "run" / "checkpoints"
+    save_checkpoint(tmp_path / "run", 4, model, optimizer, {})
+    abandoned = root / ".step_0000008.k_1x2y.tmp"
+    abandoned.mkdir()
+    (abandoned / "model.safetensors").write_bytes(b"half")
+    assert latest_checkpoint(tmp_path / "run") == root / "step_0000004"  # a reader leaves it
+    assert abandoned.exists()
+    save_checkpoint(tmp_path / "run", 8, model, optimizer, {})
+    assert sorted(p.name for p in root.iterdir()) == ["latest", "step_0000004", "step_0000008"]
