@@ -33,8 +33,8 @@ def holding_interrupts() -> Iterator[list[int]]:
     previous = signal.signal(signal.SIGINT, lambda signum, frame: arrived.append(signum))
     try:
         yield arrived
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    finally:  # None: a handler not set from Python (an embedding host's); Python's is default
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
     if arrived:
         _note(signal.SIGINT)
 
