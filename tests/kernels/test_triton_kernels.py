@@ -395,8 +395,12 @@ def test_tma_loads_compute_the_same_bits_as_pointer_loads(
     assert torch.equal(pointer.o, tma.o)
     for field in ("lse", "row_max", "tie_events", "p_bar_ones"):
         assert torch.equal(getattr(pointer.stats, field), getattr(tma.stats, field)), field
-    for name, a, b_ in zip(["dq", "dk", "dv"] * 2, pointer_grads, tma_grads, strict=True):
-        assert torch.equal(a, b_), name
+    names = ["dq", "dk", "dv", "atomic dq", "dk (atomic run)", "dv (atomic run)"]
+    for name, a, b_ in zip(names, pointer_grads, tma_grads, strict=True):
+        if name == "atomic dq" and not cpu:  # fp32 atomics add in a different order each run
+            torch.testing.assert_close(a, b_, rtol=2**-7, atol=1e-5, msg=name)
+        else:
+            assert torch.equal(a, b_), name
     gold = golden_forward(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), causal=causal)
     ref_o, _ = reference_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
                                    causal=causal)  # fmt: skip

@@ -405,9 +405,13 @@ def _delta_running_sum(plt: Any, cell: DigestCell, path: Path) -> Path | None:
         return None
     variants = sorted(replay.variants, key=lambda v: v != cell.variant)  # the run's own first
     styles = ("-", "--", "-.", ":")
-    fig, axes = plt.subplots(1, len(series), figsize=(5.2 * len(series) + 0.6, 4.0),
-                             squeeze=False)  # fmt: skip
-    for ax, (layer, lines) in zip(axes[0], sorted(series.items()), strict=True):
+    cols = min(len(series), PANELS_PER_ROW)  # every layer captured: a grid, not a strip
+    rows = -(-len(series) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols + 0.6, 4.0 * rows), squeeze=False)
+    for ax in axes.flat[len(series) :]:
+        ax.set_visible(False)
+    panels = zip(axes.flat[: len(series)], sorted(series.items()), strict=True)
+    for n, (ax, (layer, lines)) in enumerate(panels):
         for i, variant in enumerate(variants):
             if lines.get(variant):  # a marker at every capture: they are few and far apart
                 xs, ys = zip(*lines[variant], strict=True)
@@ -420,7 +424,8 @@ def _delta_running_sum(plt: Any, cell: DigestCell, path: Path) -> Path | None:
         ax.set_ylabel("running sum of the δ error (Σ tokens, heads)", fontsize=8)
         _step_axis(ax, fontsize=8)
         ax.tick_params(labelsize=7)
-        _legend(ax, ncol=2 if len(variants) > 8 else 1)
+        if n == 0 or len(series) <= 2:  # the same lines in every panel: one legend in a grid
+            _legend(ax, ncol=2 if len(variants) > 8 else 1)
     room = top_title(fig, f"{cell.suite}: {cell.label}, δ − fp64 δ replayed on its captures "
                      "(dotted: divergence)")  # fmt: skip
     return _save(plt, fig, path, room)
