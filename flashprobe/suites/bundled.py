@@ -13,11 +13,19 @@ from flashprobe.errors import FlashprobeError
 SUFFIXES = (".yaml", ".yml")
 
 
+def checkout_dir() -> Path:
+    """`ablations/` beside the package in a source checkout (run as `python -m flashprobe`
+    from the repository root without an install, as the device scripts do)."""
+    return Path(__file__).resolve().parents[2] / "ablations"
+
+
 def bundled_dir() -> Path:
     """The folder holding the bundled suite files."""
     try:
         import flashprobe.ablations as package
-    except ModuleNotFoundError:  # an editable install made before the suites were bundled
+    except ModuleNotFoundError:  # not installed, or an editable install older than the bundling
+        if checkout_dir().is_dir():
+            return checkout_dir()
         raise FlashprobeError(
             "the bundled suites (flashprobe.ablations) are not installed; reinstall flashprobe "
             "(pip install -e . in a checkout)"

@@ -41,3 +41,21 @@ def test_an_unknown_name_lists_the_bundled_suites(tmp_path, monkeypatch) -> None
         find_suite("gtp2.yaml")
     with pytest.raises(FlashprobeError, match=r"^suite file not found: elsewhere/gpt2.yaml$"):
         find_suite("elsewhere/gpt2.yaml")  # a path with a folder is a path, not a name
+
+
+def test_a_source_checkout_without_an_install_finds_its_ablations_folder(
+    tmp_path, monkeypatch
+) -> None:
+    # `python -m flashprobe` from a repository root that was never pip-installed (the device
+    # scripts): flashprobe.ablations does not import, the checkout's ablations/ serves.
+    import sys
+
+    from flashprobe.suites import bundled
+
+    monkeypatch.setitem(sys.modules, "flashprobe.ablations", None)  # the import now fails
+    monkeypatch.chdir(tmp_path)
+    assert bundled.bundled_dir() == ROOT / "ablations"
+    assert find_suite("adamw-attribution.yaml") == ROOT / "ablations" / "adamw-attribution.yaml"
+    monkeypatch.setattr(bundled, "checkout_dir", lambda: tmp_path / "no-such-folder")
+    with pytest.raises(FlashprobeError, match=r"bundled suites .* are not installed"):
+        find_suite("gpt2")
