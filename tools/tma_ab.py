@@ -70,11 +70,11 @@ def main() -> None:
     spec, seq = make_spec("fa2"), args.seq
     payload: dict = {"environment": environment("cuda"), "seq": seq, "timings": {}, "peers": {}}
     cudnn = bench.Implementation("sdpa-cudnn", sdpa_backend="CUDNN_ATTENTION")
+    variant = launch.forward_variant(spec, two_pass=False, instrument=False)
     rows = []
     for head_dim, causal in SHAPES:
         shape = bench.BenchShape(TOKENS // seq, HEADS, seq, head_dim, causal)
         q, k, v, do = bench.make_inputs(shape)
-        variant = launch.forward_variant(spec, two_pass=False, instrument=False)
         fwd_key = tuning.fwd_key(head_dim, causal, spec.block_n, "bf16", variant)
         bwd_key = tuning.bwd_key(head_dim, causal, "bf16", "dot16")
         fwd = tuning.forward_config(arch, head_dim, causal, spec.block_n, "bf16", variant, seq)

@@ -16,6 +16,7 @@ count.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -49,7 +50,7 @@ def held_loss_rise(
     above its minimum so long; None without a window. A missing or non-finite loss is skipped,
     as the rule skips it with `nonfinite` off (with it on, the rule has fired there anyway)."""
     running_min = math.inf
-    excess: list[float] = []  # the current window's losses above the minimum before each
+    excess: deque[float] = deque(maxlen=in_a_row)  # the window: loss − the minimum before it
     best: float | None = None
     for step, loss in records:
         if last_step is not None and step > last_step:
@@ -57,7 +58,7 @@ def held_loss_rise(
         if loss is None or not math.isfinite(loss):
             continue
         if step >= min_step:
-            excess = [*excess[max(0, len(excess) - in_a_row + 1) :], loss - running_min]
+            excess.append(loss - running_min)
             if len(excess) == in_a_row:
                 rise = max(0.0, min(excess))  # -inf (no earlier record) counts as no rise
                 best = rise if best is None else max(best, rise)
