@@ -14,11 +14,11 @@ from typing import Any
 import torch
 
 from flashprobe.errors import FlashprobeError
+from flashprobe.store.capture import MANIFEST
 from flashprobe.store.reader import CellView
 from flashprobe.store.result_store import read_json
 
 CAPTURE_SUBDIR = "captures"
-MANIFEST = "manifest.json"  # store.capture.MANIFEST
 
 
 def capture_files(cell: CellView) -> list[tuple[int, Path]]:
@@ -82,14 +82,11 @@ def capture_sha256(steps: Sequence[tuple[int, Path]]) -> list[str]:
 
 def file_sha256(path: Path) -> str:
     """A file's sha256, read in chunks."""
-    digest = hashlib.sha256()
     try:
         with path.open("rb") as handle:
-            while chunk := handle.read(1 << 20):
-                digest.update(chunk)
+            return hashlib.file_digest(handle, "sha256").hexdigest()
     except OSError as exc:
         raise FlashprobeError(f"cannot read {path}: {exc.strerror}") from None
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
